@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Sets up (packages, tokenizer files), then builds and runs every test:
+# a -Werror release build, the same tests under ASan+UBSan, and a short
+# run of every fuzz target over its corpus.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+scripts/setup.sh
+jobs=$(nproc)
+
+echo "== release build (-Werror)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DLMX_WERROR=ON >/dev/null
+cmake --build build -j"$jobs"
+(cd build && ctest --output-on-failure -j"$jobs")
+
+echo "== ASan + UBSan build"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLMX_WERROR=ON -DLMX_SANITIZE=ON >/dev/null
+cmake --build build-asan -j"$jobs"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    ctest --output-on-failure -j"$jobs")
+
+if ls fuzz/fuzz_*.c >/dev/null 2>&1; then
+    echo "== fuzz smoke run (clang libFuzzer)"
+    CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLMX_FUZZ=ON >/dev/null
+    cmake --build build-fuzz -j"$jobs"
+    scripts/fuzz.sh 20
+fi
+echo "all tests passed"

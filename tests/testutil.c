@@ -1,0 +1,65 @@
+#include "testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int test_checks, test_failures;
+
+int test_finish(void)
+{
+    printf("%d passed, %d failed\n", test_checks - test_failures, test_failures);
+    if (test_checks == 0) {
+        fprintf(stderr, "no check ran\n");
+        return 1;
+    }
+    return test_failures ? 1 : 0;
+}
+
+int test_run(const char *cmd, char **out)
+{
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while (buf && (got = fread(buf + len, 1, cap - len - 1, p)) > 0) {
+        len += got;
+        if (cap - len < 2) {
+            cap *= 2;
+            char *nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+            }
+            buf = nb;
+        }
+    }
+    if (buf)
+        buf[len] = 0;
+    int st = pclose(p);
+    if (out)
+        *out = buf;
+    else
+        free(buf);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+const char *test_tmpdir(void)
+{
+    static char dir[256];
+    if (!dir[0]) {
+        snprintf(dir, sizeof dir, "/tmp/lmx-test-%d", (int)getpid());
+        mkdir(dir, 0700);
+    }
+    return dir;
+}
+
+int test_have_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}

@@ -1,0 +1,31 @@
+/* Minimal test helpers: CHECK records a failure and goes on; every test
+ * program ends with `return test_finish();`, which prints a summary and
+ * fails when any check failed or no check ran at all. */
+#ifndef LMX_TESTUTIL_H
+#define LMX_TESTUTIL_H
+
+#include <stdio.h>
+
+extern int test_checks, test_failures;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        test_checks++;                                                                             \
+        if (!(cond)) {                                                                             \
+            test_failures++;                                                                       \
+            fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);               \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
+    } while (0)
+
+int test_finish(void);
+/* Runs a shell command, returns its exit status (-1 if it did not exit);
+ * its stdout goes to *out (malloc'd, may be NULL) when out is not NULL. */
+int test_run(const char *cmd, char **out);
+/* Directory for scratch files of this test (created, under the build dir). */
+const char *test_tmpdir(void);
+/* 1 if path exists. */
+int test_have_file(const char *path);
+
+#endif

@@ -1,0 +1,9 @@
+/* The lmx subcommands: each is `int cmd_NAME(int argc, char **argv)` in
+ * tools/cmd_NAME.c, where argv[0] is the subcommand's name; returns the
+ * process exit status. */
+#ifndef LMX_COMMANDS_H
+#define LMX_COMMANDS_H
+
+int cmd_version(int argc, char **argv);
+
+#endif
