@@ -75,6 +75,15 @@ lmx_status lmx_context_truncate(lmx_context *c, int n, lmx_error *err);
 lmx_status lmx_context_eval(lmx_context *c, const int32_t *ids, int n, float *logits,
                             int all_positions, lmx_error *err);
 
+/* ---- chat ----------------------------------------------------------------- */
+
+/* One chat message. role: "system", "user" or "assistant" (others are an
+ * error); content: UTF-8 text. Both borrowed from the caller. */
+typedef struct lmx_message {
+    const char *role;
+    const char *content;
+} lmx_message;
+
 #ifdef __cplusplus
 }
 #endif
