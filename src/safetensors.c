@@ -603,3 +603,149 @@ size_t lmx_st_mapped_bytes(const lmx_st_set *s)
         sum += s->shards[i].len;
     return sum;
 }
+
+/* ---- writing ------------------------------------------------------------ */
+
+/* Bytes of one tensor to write, or an error naming it. */
+static lmx_status out_nbytes(const lmx_st_out *o, const char *path, uint64_t *nb, lmx_error *err)
+{
+    if (!o->name || strcmp(o->name, "__metadata__") == 0)
+        return lmx_fail(err, LMX_ERR_ARG, "%s: a tensor has no name or a reserved one", path);
+    if ((unsigned)o->dtype >= LMX_DT_COUNT)
+        return lmx_fail(err, LMX_ERR_ARG, "%s: tensor '%s': bad dtype %d", path, o->name,
+                        (int)o->dtype);
+    if (o->ndim < 0 || o->ndim > LMX_ST_MAX_DIMS)
+        return lmx_fail(err, LMX_ERR_ARG, "%s: tensor '%s': %d dims, at most %d", path, o->name,
+                        o->ndim, LMX_ST_MAX_DIMS);
+    uint64_t n = lmx_dtype_size(o->dtype);
+    for (int d = 0; d < o->ndim; d++) {
+        int64_t x = o->shape[d];
+        if (x < 0 || (x > 0 && n > (uint64_t)ST_MAX_INT / (uint64_t)x))
+            return lmx_fail(err, LMX_ERR_ARG, "%s: tensor '%s': shape[%d] = %lld is out of range",
+                            path, o->name, d, (long long)x);
+        n *= (uint64_t)x;
+    }
+    if (n && !o->data && !o->fill)
+        return lmx_fail(err, LMX_ERR_ARG, "%s: tensor '%s': neither data nor fill given", path,
+                        o->name);
+    *nb = n;
+    return LMX_OK;
+}
+
+/* The header JSON as torch writes it: metadata first, then the tensors in
+ * the order given, offsets packed back to back. Caller frees with free(). */
+static lmx_status build_header(const char *path, const lmx_st_out *t, size_t n, char **out,
+                               lmx_error *err)
+{
+    *out = NULL;
+    const char **names = malloc((n ? n : 1) * sizeof *names);
+    cJSON *root = cJSON_CreateObject();
+    cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
+    lmx_status st = LMX_OK;
+    if (!names || !meta || !cJSON_AddStringToObject(meta, "format", "pt"))
+        st = lmx_fail(err, LMX_ERR_NOMEM, "%s: out of memory", path);
+    uint64_t off = 0;
+    for (size_t i = 0; i < n && st == LMX_OK; i++) {
+        uint64_t nb;
+        st = out_nbytes(&t[i], path, &nb, err);
+        if (st != LMX_OK)
+            break;
+        names[i] = t[i].name;
+        /* cJSON prints integers exactly (without an exponent) below 1e15. */
+        if (off + nb >= 1e15) {
+            st = lmx_fail(err, LMX_ERR_ARG, "%s: more than 1e15 bytes of tensor data", path);
+            break;
+        }
+        cJSON *e = cJSON_AddObjectToObject(root, t[i].name);
+        int ok = cJSON_AddStringToObject(e, "dtype", lmx_dtype_name(t[i].dtype)) != NULL;
+        cJSON *shape = cJSON_AddArrayToObject(e, "shape");
+        cJSON *offs = cJSON_AddArrayToObject(e, "data_offsets");
+        ok = ok && shape && offs;
+        for (int d = 0; ok && d < t[i].ndim; d++)
+            ok = cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t[i].shape[d]));
+        ok = ok && cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off)) &&
+             cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(off + nb)));
+        if (!ok)
+            st = lmx_fail(err, LMX_ERR_NOMEM, "%s: out of memory", path);
+        off += nb;
+    }
+    if (st == LMX_OK) {
+        qsort(names, n, sizeof *names, cmp_str_ptr);
+        for (size_t i = 1; i < n && st == LMX_OK; i++)
+            if (strcmp(names[i - 1], names[i]) == 0)
+                st = lmx_fail(err, LMX_ERR_ARG, "%s: tensor '%s' given twice", path, names[i]);
+    }
+    if (st == LMX_OK) {
+        *out = cJSON_PrintUnformatted(root);
+        if (!*out)
+            st = lmx_fail(err, LMX_ERR_NOMEM, "%s: out of memory", path);
+    }
+    free(names);
+    cJSON_Delete(root);
+    return st;
+}
+
+static lmx_status write_all(FILE *f, const char *path, const char *hdr, const lmx_st_out *t,
+                            size_t n, lmx_error *err)
+{
+    size_t hlen = strlen(hdr), padded = (hlen + 7) & ~(size_t)7;
+    uint8_t len8[8];
+    for (int i = 0; i < 8; i++)
+        len8[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(hdr, 1, hlen, f) == hlen;
+    for (size_t i = hlen; ok && i < padded; i++)
+        ok = fputc(' ', f) != EOF;
+
+    uint8_t *chunk = NULL; /* for fill(): grown up to ST_FILL_CHUNK bytes */
+    size_t chunk_cap = 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        uint64_t nb;
+        out_nbytes(&t[i], path, &nb, NULL); /* already validated */
+        if (t[i].data) {
+            ok = fwrite(t[i].data, 1, (size_t)nb, f) == nb;
+            continue;
+        }
+        size_t want = nb < ST_FILL_CHUNK ? (size_t)nb : ST_FILL_CHUNK;
+        if (want > chunk_cap) {
+            uint8_t *c = realloc(chunk, want);
+            if (!c) {
+                free(chunk);
+                return lmx_fail(err, LMX_ERR_NOMEM, "%s: out of memory", path);
+            }
+            chunk = c;
+            chunk_cap = want;
+        }
+        for (uint64_t done = 0; ok && done < nb;) {
+            size_t k = nb - done < chunk_cap ? (size_t)(nb - done) : chunk_cap;
+            t[i].fill(t[i].fill_ctx, chunk, k);
+            ok = fwrite(chunk, 1, k, f) == k;
+            done += k;
+        }
+    }
+    free(chunk);
+    if (!ok)
+        return lmx_fail(err, LMX_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    return LMX_OK;
+}
+
+lmx_status lmx_st_write(const char *path, const lmx_st_out *t, size_t n, lmx_error *err)
+{
+    if (!path || (n && !t))
+        return lmx_fail(err, LMX_ERR_ARG, "lmx_st_write: NULL path or tensors");
+    char *hdr;
+    lmx_status st = build_header(path, t, n, &hdr, err);
+    if (st != LMX_OK)
+        return st;
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        free(hdr);
+        return lmx_fail(err, LMX_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    }
+    st = write_all(f, path, hdr, t, n, err);
+    free(hdr);
+    if (fclose(f) != 0 && st == LMX_OK)
+        st = lmx_fail(err, LMX_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    if (st != LMX_OK)
+        remove(path); /* no half-written checkpoint left behind */
+    return st;
+}

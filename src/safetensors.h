@@ -26,14 +26,18 @@ typedef struct lmx_st_tensor {
  * object, each entry with a known dtype, shape of non-negative ints,
  * data_offsets [begin, end] in bounds with end - begin = product(shape) *
  * dtype size, entries not overlapping; "__metadata__" is skipped.
- * On success *out is a malloc'd array of *n tensors (names malloc'd);
- * free with lmx_st_free_tensors. */
+ * On success *out is a malloc'd array of *n tensors (names malloc'd), sorted
+ * by name, each with file == what (not copied: `what` must outlive them);
+ * free with lmx_st_free_tensors. Dtypes the format defines but lmx does not
+ * run (F64, BOOL, F8_*, ...) fail with LMX_ERR_UNSUPPORTED. */
 lmx_status lmx_st_parse(const uint8_t *buf, size_t len, const char *what,
                         lmx_st_tensor **out, size_t *n, lmx_error *err);
 void lmx_st_free_tensors(lmx_st_tensor *t, size_t n);
 
 /* All tensors of a checkpoint directory: model.safetensors, or the shards
- * that model.safetensors.index.json names (every shard mapped once). */
+ * that model.safetensors.index.json names (every shard mapped once; shard
+ * names must be plain file names; every tensor the index names must be in
+ * its shard; a name may appear in one shard only). */
 typedef struct lmx_st_set lmx_st_set;
 
 lmx_status lmx_st_open_dir(const char *dir, lmx_st_set **out, lmx_error *err);
@@ -60,7 +64,10 @@ typedef struct lmx_st_out {
     void *fill_ctx;
 } lmx_st_out;
 
-/* Writes a safetensors file (header padded to 8 bytes, tensors in order). */
+/* Writes a safetensors file as torch does: header JSON with
+ * "__metadata__": {"format": "pt"} first, then the tensors in the order
+ * given, padded with spaces to 8 bytes; then the data back to back, fill()
+ * called in chunks of at most 64 MiB. A failed write removes the file. */
 lmx_status lmx_st_write(const char *path, const lmx_st_out *t, size_t n, lmx_error *err);
 
 #endif
