@@ -1,0 +1,76 @@
+/* The backend interface: memory and ops behind a table of function
+ * pointers. The forward pass calls these on opaque tensors and never
+ * touches backend memory, so one forward pass drives every backend.
+ *
+ * Tensors are 2-D, [rows, cols], row-major. Activations are float32.
+ * Weights keep their stored dtype. Ops that take n_rows work on the first
+ * n_rows rows of their tensors. */
+#ifndef LMX_BACKEND_H
+#define LMX_BACKEND_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "safetensors.h"
+
+typedef struct lmx_tensor lmx_tensor;   /* defined by each backend */
+typedef struct lmx_backend lmx_backend; /* a backend instance */
+
+typedef struct lmx_attn_params {
+    int n_rows;      /* queries, at positions pos0 .. pos0 + n_rows - 1 */
+    int pos0;
+    int n_heads, n_kv_heads, head_dim;
+    int window;      /* keys within the last `window` positions; 0 = all */
+    float scale;     /* applied to q.k */
+    float softcap;   /* 0 = none */
+} lmx_attn_params;
+
+typedef struct lmx_backend_ops {
+    const char *name;
+    void (*destroy)(lmx_backend *be);
+
+    /* A stored weight, seen as [rows, cols] = [shape[0], product of the rest];
+     * CPU: used in place from the mapping; a GPU uploads it. */
+    lmx_tensor *(*weight)(lmx_backend *be, const lmx_st_tensor *t, lmx_error *err);
+    /* A zeroed float32 tensor [rows, cols]. */
+    lmx_tensor *(*alloc)(lmx_backend *be, int rows, int cols, lmx_error *err);
+    void (*free)(lmx_backend *be, lmx_tensor *t);
+
+    /* out[i] = table[ids[i]] * scale */
+    void (*embed)(lmx_backend *be, lmx_tensor *out, const lmx_tensor *table, const int32_t *ids,
+                  int n_rows, float scale);
+    /* RMSNorm of every w->cols-long segment of the rows of x:
+     * out = x / sqrt(mean(x^2) + eps) * (plus_one ? 1 + w : w). out may be x. */
+    void (*rmsnorm)(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, const lmx_tensor *w,
+                    int n_rows, float eps, int plus_one);
+    /* out[n_rows, N] = x[n_rows, K] * w[N, K]^T */
+    void (*matmul)(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, const lmx_tensor *w,
+                   int n_rows);
+    /* Rotate-half RoPE, in place, on every head_dim-long head of each row;
+     * row i is at position pos0 + i. */
+    void (*rope)(lmx_backend *be, lmx_tensor *x, int n_rows, int head_dim, int pos0, lmx_rope rope);
+    /* Stores the rows of k and v at cache slots (pos0 + i) % cache rows. */
+    void (*kv_write)(lmx_backend *be, lmx_tensor *kc, lmx_tensor *vc, const lmx_tensor *k,
+                     const lmx_tensor *v, int n_rows, int pos0);
+    /* Causal attention of q over the cache (slot = position % cache rows). */
+    void (*attention)(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const lmx_tensor *kc,
+                      const lmx_tensor *vc, const lmx_attn_params *p);
+    /* gate = act(gate) * up */
+    void (*gated_act)(lmx_backend *be, lmx_tensor *gate, const lmx_tensor *up, int n_rows,
+                      lmx_activation act);
+    /* x += y */
+    void (*add)(lmx_backend *be, lmx_tensor *x, const lmx_tensor *y, int n_rows);
+    /* x = cap * tanh(x / cap) */
+    void (*softcap)(lmx_backend *be, lmx_tensor *x, int n_rows, float cap);
+    /* dst rows [dst_row, +n) = src rows [src_row, +n) (same cols) */
+    void (*copy_rows)(lmx_backend *be, lmx_tensor *dst, int dst_row, const lmx_tensor *src,
+                      int src_row, int n_rows);
+    /* Copies rows [row0, row0 + n_rows) of a float32 tensor to host memory. */
+    void (*read)(lmx_backend *be, float *dst, const lmx_tensor *src, int row0, int n_rows);
+} lmx_backend_ops;
+
+struct lmx_backend {
+    const lmx_backend_ops *ops;
+};
+
+#endif

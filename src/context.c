@@ -1,0 +1,123 @@
+/* lmx_context: one KV cache and its forward-pass scratch; evaluates tokens
+ * in chunks so any prompt length runs in bounded memory. */
+#include <stdlib.h>
+
+#include "context.h"
+#include "error.h"
+#include "model.h"
+
+/* Prefill chunk: enough rows to amortise reading the weights. */
+enum { CHUNK_ROWS = 64 };
+
+struct lmx_context {
+    lmx_model *m;
+    lmx_forward_state fs;
+    int n_ctx;
+    int length;
+};
+
+lmx_context *lmx_context_new(lmx_model *m, int n_ctx, lmx_error *err)
+{
+    return lmx_context_new_chunked(m, n_ctx, CHUNK_ROWS, err);
+}
+
+lmx_context *lmx_context_new_chunked(lmx_model *m, int n_ctx, int chunk_rows, lmx_error *err)
+{
+    if (!m) {
+        lmx_fail(err, LMX_ERR_ARG, "lmx_context_new: model is NULL");
+        return NULL;
+    }
+    if (chunk_rows < 1 || chunk_rows > 4096) {
+        lmx_fail(err, LMX_ERR_ARG, "lmx_context_new: chunk_rows = %d outside [1, 4096]", chunk_rows);
+        return NULL;
+    }
+    if (n_ctx < 0) {
+        lmx_fail(err, LMX_ERR_ARG, "lmx_context_new: n_ctx = %d is negative", n_ctx);
+        return NULL;
+    }
+    if (n_ctx == 0)
+        n_ctx = m->opts.n_ctx;
+    if (n_ctx > m->cfg.max_position) {
+        lmx_fail(err, LMX_ERR_ARG, "lmx_context_new: n_ctx = %d exceeds the model's %d positions",
+                 n_ctx, m->cfg.max_position);
+        return NULL;
+    }
+    lmx_context *c = calloc(1, sizeof *c);
+    if (!c) {
+        lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    c->m = m;
+    c->n_ctx = n_ctx;
+    if (lmx_forward_state_init(m, &c->fs, n_ctx, chunk_rows, err)) {
+        lmx_context_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void lmx_context_free(lmx_context *c)
+{
+    if (!c)
+        return;
+    lmx_forward_state_free(c->m, &c->fs);
+    free(c);
+}
+
+int lmx_context_length(const lmx_context *c) { return c ? c->length : 0; }
+int lmx_context_capacity(const lmx_context *c) { return c ? c->n_ctx : 0; }
+
+lmx_status lmx_context_truncate(lmx_context *c, int n, lmx_error *err)
+{
+    if (!c)
+        return lmx_fail(err, LMX_ERR_ARG, "lmx_context_truncate: context is NULL");
+    if (n < 0 || n > c->length)
+        return lmx_fail(err, LMX_ERR_ARG, "lmx_context_truncate: n = %d outside [0, %d]", n, c->length);
+    /* A sliding layer's ring holds only its window plus one chunk: going back
+     * further would need keys it has already overwritten. */
+    const lmx_model *m = c->m;
+    for (int i = 0; i < m->cfg.n_layers && n > 0; i++) {
+        int w = m->cfg.layers[i].window;
+        int slots = lmx_model_cache_slots(m, i, c->n_ctx, c->fs.max_rows);
+        if (w > 0 && slots < c->n_ctx && c->length - n > slots - w)
+            return lmx_fail(err, LMX_ERR_RANGE,
+                            "lmx_context_truncate: a sliding-window layer cannot rewind %d tokens "
+                            "(at most %d); truncate to 0 instead",
+                            c->length - n, slots - w);
+    }
+    c->length = n;
+    return LMX_OK;
+}
+
+lmx_status lmx_context_eval(lmx_context *c, const int32_t *ids, int n, float *logits,
+                            int all_positions, lmx_error *err)
+{
+    if (!c || (!ids && n > 0))
+        return lmx_fail(err, LMX_ERR_ARG, "lmx_context_eval: context or ids is NULL");
+    if (n <= 0)
+        return lmx_fail(err, LMX_ERR_ARG, "lmx_context_eval: n = %d, need at least one token", n);
+    const int vocab = c->m->cfg.vocab_size;
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab)
+            return lmx_fail(err, LMX_ERR_RANGE, "lmx_context_eval: token id %d at index %d is outside [0, %d)",
+                            (int)ids[i], i, vocab);
+    if (n > c->n_ctx - c->length)
+        return lmx_fail(err, LMX_ERR_RANGE,
+                        "lmx_context_eval: context full: %d tokens + %d new exceed its %d positions",
+                        c->length, n, c->n_ctx);
+    for (int done = 0; done < n;) {
+        int k = n - done < c->fs.max_rows ? n - done : c->fs.max_rows;
+        int last = done + k == n;
+        float *dst = NULL;
+        if (logits && all_positions)
+            dst = logits + (size_t)done * vocab;
+        else if (logits && last)
+            dst = logits;
+        lmx_status st = lmx_model_forward(c->m, &c->fs, ids + done, k, c->length, dst, all_positions, err);
+        if (st)
+            return st;
+        c->length += k;
+        done += k;
+    }
+    return LMX_OK;
+}

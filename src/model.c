@@ -1,0 +1,337 @@
+#include "model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_cpu.h"
+#include "error.h"
+
+/* Weight names ------------------------------------------------------------ */
+
+/* Where each family keeps its per-layer norms (the rest is shared). Qwen's
+ * "post_attention_layernorm" is the norm before the MLP; Gemma's is applied
+ * to the attention output. */
+typedef struct family_names {
+    const char *attn_norm, *ffn_norm, *post_attn_norm, *post_ffn_norm;
+} family_names;
+
+static const family_names qwen3_names = {"input_layernorm", "post_attention_layernorm", NULL, NULL};
+static const family_names gemma3_names = {"input_layernorm", "pre_feedforward_layernorm",
+                                          "post_attention_layernorm", "post_feedforward_layernorm"};
+
+/* Text-model prefixes: causal LM, multimodal (new), multimodal (legacy). */
+static const char *const text_prefixes[] = {"model.", "model.language_model.", "language_model.model."};
+static const char *const head_names[] = {"lm_head.weight", "language_model.lm_head.weight"};
+
+typedef struct binder {
+    lmx_model *m;
+    const char *prefix;
+    lmx_error *err;
+} binder;
+
+static void format_shape(char *buf, size_t size, const int64_t *shape, int ndim)
+{
+    size_t k = 0;
+    k += (size_t)snprintf(buf + k, size - k, "[");
+    for (int d = 0; d < ndim && k < size; d++)
+        k += (size_t)snprintf(buf + k, size - k, d ? ", %lld" : "%lld", (long long)shape[d]);
+    if (k < size)
+        snprintf(buf + k, size - k, "]");
+}
+
+/* Binds tensor `name` (after the prefix) and checks its shape is
+ * [rows, cols] (cols = 0: a vector of rows elements). */
+static lmx_tensor *bind(binder *b, const char *name, int64_t rows, int64_t cols, const char *why)
+{
+    char full[256];
+    snprintf(full, sizeof full, "%s%s", b->prefix, name);
+    const lmx_st_tensor *t = lmx_st_find(b->m->st, full);
+    if (!t) {
+        lmx_fail(b->err, LMX_ERR_FORMAT, "checkpoint: tensor '%s' is missing", full);
+        return NULL;
+    }
+    int64_t want[2] = {rows, cols};
+    int want_dims = cols ? 2 : 1;
+    if (t->ndim != want_dims || t->shape[0] != rows || (cols && t->shape[1] != cols)) {
+        char have[96], need[96];
+        format_shape(have, sizeof have, t->shape, t->ndim);
+        format_shape(need, sizeof need, want, want_dims);
+        lmx_fail(b->err, LMX_ERR_FORMAT, "%s: tensor '%s' has shape %s but config.json implies %s (%s)",
+                 t->file, full, have, need, why);
+        return NULL;
+    }
+    lmx_tensor *w = b->m->be->ops->weight(b->m->be, t, b->err);
+    if (w)
+        b->m->weight_bytes += t->nbytes;
+    return w;
+}
+
+static lmx_status bind_layer(binder *b, int i, const family_names *fn, lmx_layer_weights *L)
+{
+    const lmx_config *c = &b->m->cfg;
+    int64_t D = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
+    int64_t q = (int64_t)c->n_heads * hd, kv = (int64_t)c->n_kv_heads * hd;
+    char name[128];
+#define BIND(field, suffix, rows, cols, why)                                                       \
+    do {                                                                                           \
+        snprintf(name, sizeof name, "layers.%d.%s.weight", i, suffix);                             \
+        if (!(L->field = bind(b, name, rows, cols, why)))                                          \
+            return b->err ? b->err->code : LMX_ERR_FORMAT;                                         \
+    } while (0)
+    BIND(attn_norm, fn->attn_norm, D, 0, "hidden_size");
+    BIND(wq, "self_attn.q_proj", q, D, "num_attention_heads x head_dim, hidden_size");
+    BIND(wk, "self_attn.k_proj", kv, D, "num_key_value_heads x head_dim, hidden_size");
+    BIND(wv, "self_attn.v_proj", kv, D, "num_key_value_heads x head_dim, hidden_size");
+    BIND(wo, "self_attn.o_proj", D, q, "hidden_size, num_attention_heads x head_dim");
+    BIND(q_norm, "self_attn.q_norm", hd, 0, "head_dim");
+    BIND(k_norm, "self_attn.k_norm", hd, 0, "head_dim");
+    BIND(ffn_norm, fn->ffn_norm, D, 0, "hidden_size");
+    BIND(w_gate, "mlp.gate_proj", I, D, "intermediate_size, hidden_size");
+    BIND(w_up, "mlp.up_proj", I, D, "intermediate_size, hidden_size");
+    BIND(w_down, "mlp.down_proj", D, I, "hidden_size, intermediate_size");
+    if (fn->post_attn_norm) {
+        BIND(post_attn_norm, fn->post_attn_norm, D, 0, "hidden_size");
+        BIND(post_ffn_norm, fn->post_ffn_norm, D, 0, "hidden_size");
+    }
+#undef BIND
+    return LMX_OK;
+}
+
+static lmx_status bind_weights(lmx_model *m, lmx_error *err)
+{
+    const lmx_config *c = &m->cfg;
+    binder b = {m, NULL, err};
+    char name[128];
+    for (size_t i = 0; i < sizeof text_prefixes / sizeof *text_prefixes && !b.prefix; i++) {
+        snprintf(name, sizeof name, "%sembed_tokens.weight", text_prefixes[i]);
+        if (lmx_st_find(m->st, name))
+            b.prefix = text_prefixes[i];
+    }
+    if (!b.prefix)
+        return lmx_fail(err, LMX_ERR_FORMAT,
+                        "checkpoint: tensor 'model.embed_tokens.weight' is missing (also looked for "
+                        "the multimodal names 'model.language_model.*' and 'language_model.model.*')");
+    if (!(m->embed = bind(&b, "embed_tokens.weight", c->vocab_size, c->hidden_size, "vocab_size, hidden_size")) ||
+        !(m->final_norm = bind(&b, "norm.weight", c->hidden_size, 0, "hidden_size")))
+        return err ? err->code : LMX_ERR_FORMAT;
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers)
+        return lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
+    const family_names *fn = c->family == LMX_FAMILY_GEMMA3 ? &gemma3_names : &qwen3_names;
+    for (int i = 0; i < c->n_layers; i++) {
+        lmx_status st = bind_layer(&b, i, fn, &m->layers[i]);
+        if (st)
+            return st;
+    }
+    if (c->tied_embeddings) {
+        m->lm_head = m->embed;
+        return LMX_OK;
+    }
+    binder top = {m, "", err};
+    for (size_t i = 0; i < sizeof head_names / sizeof *head_names; i++)
+        if (lmx_st_find(m->st, head_names[i]))
+            return (m->lm_head = bind(&top, head_names[i], c->vocab_size, c->hidden_size,
+                                      "vocab_size, hidden_size"))
+                       ? LMX_OK
+                       : (err ? err->code : LMX_ERR_FORMAT);
+    return lmx_fail(err, LMX_ERR_FORMAT,
+                    "checkpoint: tensor 'lm_head.weight' is missing (tie_word_embeddings is false)");
+}
+
+static void free_weights(lmx_model *m)
+{
+    const lmx_backend_ops *ops = m->be->ops;
+    if (m->layers)
+        for (int i = 0; i < m->cfg.n_layers; i++) {
+            lmx_tensor **t = (lmx_tensor **)&m->layers[i];
+            for (size_t k = 0; k < sizeof m->layers[i] / sizeof *t; k++)
+                ops->free(m->be, t[k]);
+        }
+    free(m->layers);
+    if (m->lm_head != m->embed)
+        ops->free(m->be, m->lm_head);
+    ops->free(m->be, m->embed);
+    ops->free(m->be, m->final_norm);
+}
+
+/* Public API: loading ------------------------------------------------------ */
+
+lmx_load_options lmx_load_defaults(void)
+{
+    return (lmx_load_options){.n_threads = 0, .n_ctx = 0};
+}
+
+lmx_model *lmx_load(const char *dir, const lmx_load_options *opts, lmx_error *err)
+{
+    if (!dir) {
+        lmx_fail(err, LMX_ERR_ARG, "lmx_load: dir is NULL");
+        return NULL;
+    }
+    lmx_load_options o = opts ? *opts : lmx_load_defaults();
+    if (o.n_threads < 0 || o.n_threads > 1024 || o.n_ctx < 0) {
+        lmx_fail(err, LMX_ERR_ARG, "lmx_load: n_threads must be in [0, 1024] and n_ctx >= 0");
+        return NULL;
+    }
+    lmx_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    if (lmx_config_load(dir, &m->cfg, err)) {
+        free(m);
+        return NULL;
+    }
+    if (o.n_ctx == 0)
+        o.n_ctx = m->cfg.max_position < 4096 ? m->cfg.max_position : 4096;
+    m->opts = o;
+    if (lmx_st_open_dir(dir, &m->st, err) || !(m->be = lmx_backend_cpu_new(o.n_threads, err)) ||
+        bind_weights(m, err)) {
+        lmx_close(m);
+        return NULL;
+    }
+    return m;
+}
+
+void lmx_close(lmx_model *m)
+{
+    if (!m)
+        return;
+    if (m->be) {
+        free_weights(m);
+        m->be->ops->destroy(m->be);
+    }
+    lmx_st_close(m->st);
+    lmx_config_free(&m->cfg);
+    free(m);
+}
+
+const char *lmx_model_type(const lmx_model *m) { return m ? m->cfg.family_name : NULL; }
+int lmx_model_vocab_size(const lmx_model *m) { return m ? m->cfg.vocab_size : 0; }
+int lmx_model_max_context(const lmx_model *m) { return m ? m->cfg.max_position : 0; }
+
+/* Forward pass ----------------------------------------------------------- */
+
+int lmx_model_cache_slots(const lmx_model *m, int layer, int n_ctx, int max_rows)
+{
+    int w = m->cfg.layers[layer].window;
+    if (w > 0 && w + max_rows - 1 < n_ctx)
+        return w + max_rows - 1;
+    return n_ctx;
+}
+
+enum { LOGITS_ROWS = 16 };
+
+lmx_status lmx_forward_state_init(lmx_model *m, lmx_forward_state *fs, int n_ctx, int max_rows,
+                                  lmx_error *err)
+{
+    const lmx_config *c = &m->cfg;
+    lmx_backend *be = m->be;
+    memset(fs, 0, sizeof *fs);
+    fs->max_rows = max_rows;
+    fs->logits_rows = LOGITS_ROWS;
+    int q = c->n_heads * c->head_dim, kv = c->n_kv_heads * c->head_dim;
+    fs->k_cache = calloc((size_t)c->n_layers, sizeof *fs->k_cache);
+    fs->v_cache = calloc((size_t)c->n_layers, sizeof *fs->v_cache);
+    if (!fs->k_cache || !fs->v_cache)
+        return lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < c->n_layers; i++) {
+        int slots = lmx_model_cache_slots(m, i, n_ctx, max_rows);
+        if (!(fs->k_cache[i] = be->ops->alloc(be, slots, kv, err)) ||
+            !(fs->v_cache[i] = be->ops->alloc(be, slots, kv, err)))
+            return err ? err->code : LMX_ERR_NOMEM;
+    }
+    lmx_tensor **t[] = {&fs->x, &fs->h, &fs->o, &fs->q, &fs->att, &fs->k, &fs->v, &fs->gate, &fs->up};
+    int cols[] = {c->hidden_size, c->hidden_size, c->hidden_size, q, q, kv, kv,
+                  c->intermediate_size, c->intermediate_size};
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+        if (!(*t[i] = be->ops->alloc(be, max_rows, cols[i], err)))
+            return err ? err->code : LMX_ERR_NOMEM;
+    if (!(fs->rows_out = be->ops->alloc(be, LOGITS_ROWS, c->hidden_size, err)) ||
+        !(fs->logits = be->ops->alloc(be, LOGITS_ROWS, c->vocab_size, err)))
+        return err ? err->code : LMX_ERR_NOMEM;
+    return LMX_OK;
+}
+
+void lmx_forward_state_free(lmx_model *m, lmx_forward_state *fs)
+{
+    lmx_backend *be = m->be;
+    for (int i = 0; i < m->cfg.n_layers; i++) {
+        if (fs->k_cache)
+            be->ops->free(be, fs->k_cache[i]);
+        if (fs->v_cache)
+            be->ops->free(be, fs->v_cache[i]);
+    }
+    free(fs->k_cache);
+    free(fs->v_cache);
+    lmx_tensor *t[] = {fs->x, fs->h, fs->q, fs->k, fs->v, fs->att, fs->o, fs->gate, fs->up,
+                       fs->rows_out, fs->logits};
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+        be->ops->free(be, t[i]);
+    memset(fs, 0, sizeof *fs);
+}
+
+/* Final norm is done; turns rows [row0, row0 + n) of fs->h into logits. */
+static void emit_logits(lmx_model *m, lmx_forward_state *fs, int row0, int n, float *dst)
+{
+    lmx_backend *be = m->be;
+    const lmx_backend_ops *ops = be->ops;
+    for (int r = 0; r < n; r += fs->logits_rows) {
+        int k = n - r < fs->logits_rows ? n - r : fs->logits_rows;
+        ops->copy_rows(be, fs->rows_out, 0, fs->h, row0 + r, k);
+        ops->matmul(be, fs->logits, fs->rows_out, m->lm_head, k);
+        if (m->cfg.final_softcap > 0)
+            ops->softcap(be, fs->logits, k, m->cfg.final_softcap);
+        ops->read(be, dst + (size_t)r * m->cfg.vocab_size, fs->logits, 0, k);
+    }
+}
+
+lmx_status lmx_model_forward(lmx_model *m, lmx_forward_state *fs, const int32_t *ids, int n, int pos0,
+                             float *logits, int all_positions, lmx_error *err)
+{
+    const lmx_config *c = &m->cfg;
+    lmx_backend *be = m->be;
+    const lmx_backend_ops *ops = be->ops;
+    if (n <= 0 || n > fs->max_rows)
+        return lmx_fail(err, LMX_ERR_INTERNAL, "forward: %d rows do not fit a chunk of %d", n, fs->max_rows);
+    float eps = c->rms_eps;
+    int p1 = c->norm_plus_one;
+    ops->embed(be, fs->x, m->embed, ids, n, c->embed_scale);
+    for (int i = 0; i < c->n_layers; i++) {
+        const lmx_layer_weights *L = &m->layers[i];
+        const lmx_layer_config *lc = &c->layers[i];
+        ops->rmsnorm(be, fs->h, fs->x, L->attn_norm, n, eps, p1);
+        ops->matmul(be, fs->q, fs->h, L->wq, n);
+        ops->matmul(be, fs->k, fs->h, L->wk, n);
+        ops->matmul(be, fs->v, fs->h, L->wv, n);
+        ops->rmsnorm(be, fs->q, fs->q, L->q_norm, n, eps, p1);
+        ops->rmsnorm(be, fs->k, fs->k, L->k_norm, n, eps, p1);
+        ops->rope(be, fs->q, n, c->head_dim, pos0, lc->rope);
+        ops->rope(be, fs->k, n, c->head_dim, pos0, lc->rope);
+        ops->kv_write(be, fs->k_cache[i], fs->v_cache[i], fs->k, fs->v, n, pos0);
+        lmx_attn_params ap = {n, pos0, c->n_heads, c->n_kv_heads, c->head_dim, lc->window,
+                              c->attn_scale, c->attn_softcap};
+        ops->attention(be, fs->att, fs->q, fs->k_cache[i], fs->v_cache[i], &ap);
+        ops->matmul(be, fs->o, fs->att, L->wo, n);
+        if (L->post_attn_norm)
+            ops->rmsnorm(be, fs->o, fs->o, L->post_attn_norm, n, eps, p1);
+        ops->add(be, fs->x, fs->o, n);
+
+        ops->rmsnorm(be, fs->h, fs->x, L->ffn_norm, n, eps, p1);
+        ops->matmul(be, fs->gate, fs->h, L->w_gate, n);
+        ops->matmul(be, fs->up, fs->h, L->w_up, n);
+        ops->gated_act(be, fs->gate, fs->up, n, c->act);
+        ops->matmul(be, fs->o, fs->gate, L->w_down, n);
+        if (L->post_ffn_norm)
+            ops->rmsnorm(be, fs->o, fs->o, L->post_ffn_norm, n, eps, p1);
+        ops->add(be, fs->x, fs->o, n);
+    }
+    if (!logits)
+        return LMX_OK;
+    ops->rmsnorm(be, fs->h, fs->x, m->final_norm, n, eps, p1);
+    if (all_positions)
+        emit_logits(m, fs, 0, n, logits);
+    else
+        emit_logits(m, fs, n - 1, 1, logits);
+    return LMX_OK;
+}

@@ -1,0 +1,52 @@
+/* The model: weight names per family, weights bound on a backend, and the
+ * one generic forward pass every family runs through. */
+#ifndef LMX_MODEL_H
+#define LMX_MODEL_H
+
+#include "backend.h"
+#include "config.h"
+#include "lmx.h"
+#include "safetensors.h"
+
+typedef struct lmx_layer_weights {
+    lmx_tensor *attn_norm, *wq, *wk, *wv, *wo, *q_norm, *k_norm;
+    lmx_tensor *post_attn_norm; /* NULL unless the family has sandwich norms */
+    lmx_tensor *ffn_norm, *w_gate, *w_up, *w_down;
+    lmx_tensor *post_ffn_norm;  /* NULL unless the family has sandwich norms */
+} lmx_layer_weights;
+
+struct lmx_model {
+    lmx_config cfg;
+    lmx_load_options opts;
+    lmx_st_set *st;          /* the mapped checkpoint */
+    lmx_backend *be;
+    lmx_tensor *embed, *final_norm, *lm_head; /* lm_head == embed when tied */
+    lmx_layer_weights *layers;
+    size_t weight_bytes;     /* bytes of the tensors the model uses */
+};
+
+/* Per-context state of the forward pass: the KV cache and scratch
+ * activations for chunks of up to max_rows tokens. */
+typedef struct lmx_forward_state {
+    int max_rows;
+    lmx_tensor **k_cache, **v_cache; /* per layer; rows = slots */
+    lmx_tensor *x, *h, *q, *k, *v, *att, *o, *gate, *up;
+    lmx_tensor *rows_out, *logits;   /* logits_rows rows */
+    int logits_rows;
+} lmx_forward_state;
+
+/* Slots a layer's cache needs for a context of n_ctx positions: a sliding
+ * layer keeps its window plus one chunk, whatever the context. */
+int lmx_model_cache_slots(const lmx_model *m, int layer, int n_ctx, int max_rows);
+
+lmx_status lmx_forward_state_init(lmx_model *m, lmx_forward_state *fs, int n_ctx, int max_rows,
+                                  lmx_error *err);
+void lmx_forward_state_free(lmx_model *m, lmx_forward_state *fs);
+
+/* Runs n (<= max_rows) tokens at positions pos0.. through the model, writing
+ * their keys and values into the cache. logits: NULL, or the last row's
+ * logits (all_positions == 0), or n rows of logits. */
+lmx_status lmx_model_forward(lmx_model *m, lmx_forward_state *fs, const int32_t *ids, int n, int pos0,
+                             float *logits, int all_positions, lmx_error *err);
+
+#endif

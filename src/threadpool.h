@@ -1,0 +1,18 @@
+/* A persistent pool of worker threads: no thread is created per op. */
+#ifndef LMX_THREADPOOL_H
+#define LMX_THREADPOOL_H
+
+typedef struct lmx_pool lmx_pool;
+
+/* n_threads total workers including the caller; 0 = all online cores.
+ * Returns NULL on failure. */
+lmx_pool *lmx_pool_new(int n_threads);
+void lmx_pool_free(lmx_pool *p);
+int lmx_pool_threads(const lmx_pool *p);
+
+/* Calls fn(ctx, task) for every task in [0, n_tasks), spread over the
+ * workers and the caller; returns when all are done. Calls from several
+ * threads at once are serialised. */
+void lmx_pool_run(lmx_pool *p, int n_tasks, void (*fn)(void *ctx, int task), void *ctx);
+
+#endif
