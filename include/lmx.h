@@ -54,6 +54,10 @@ void lmx_close(lmx_model *m);
 const char *lmx_model_type(const lmx_model *m); /* "qwen3", "gemma3" */
 int lmx_model_vocab_size(const lmx_model *m);
 int lmx_model_max_context(const lmx_model *m);
+/* A human-readable description of the resolved model: family, shapes,
+ * per-layer attention type, window and RoPE, dtypes, parameters, bytes.
+ * Malloc'd; the caller frees it. NULL on allocation failure. */
+char *lmx_model_describe(const lmx_model *m);
 
 /* ---- low-level evaluation ----------------------------------------------- */
 

@@ -1,5 +1,6 @@
 #include "model.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,8 +63,11 @@ static lmx_tensor *bind(binder *b, const char *name, int64_t rows, int64_t cols,
         return NULL;
     }
     lmx_tensor *w = b->m->be->ops->weight(b->m->be, t, b->err);
-    if (w)
+    if (w) {
         b->m->weight_bytes += t->nbytes;
+        b->m->n_params += t->nbytes / lmx_dtype_size(t->dtype);
+        b->m->dtypes_used |= 1u << t->dtype;
+    }
     return w;
 }
 
@@ -209,6 +213,84 @@ void lmx_close(lmx_model *m)
 const char *lmx_model_type(const lmx_model *m) { return m ? m->cfg.family_name : NULL; }
 int lmx_model_vocab_size(const lmx_model *m) { return m ? m->cfg.vocab_size : 0; }
 int lmx_model_max_context(const lmx_model *m) { return m ? m->cfg.max_position : 0; }
+
+/* A growing text buffer for lmx_model_describe. */
+typedef struct text {
+    char *buf;
+    size_t len, cap;
+    int failed;
+} text;
+
+__attribute__((format(printf, 2, 3))) static void put(text *t, const char *fmt, ...)
+{
+    for (int tries = 0; tries < 2 && !t->failed; tries++) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->buf ? t->buf + t->len : NULL, t->buf ? t->cap - t->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            t->failed = 1;
+        } else if (t->buf && (size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        } else {
+            size_t cap = (t->cap + (size_t)n + 1) * 2;
+            char *nb = realloc(t->buf, cap);
+            if (!nb)
+                t->failed = 1;
+            t->buf = nb ? nb : t->buf;
+            t->cap = nb ? cap : t->cap;
+        }
+    }
+}
+
+char *lmx_model_describe(const lmx_model *m)
+{
+    if (!m)
+        return NULL;
+    const lmx_config *c = &m->cfg;
+    text t = {0};
+    put(&t, "family:            %s (model_type %s%s)\n", c->family_name, c->model_type,
+        c->text_in_multimodal ? ", text model of a multimodal checkpoint" : "");
+    put(&t, "vocab_size:        %d\nhidden_size:       %d\nintermediate_size: %d\n", c->vocab_size,
+        c->hidden_size, c->intermediate_size);
+    put(&t, "layers:            %d\nheads:             %d query, %d key/value, head_dim %d\n",
+        c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim);
+    put(&t, "max_position:      %d\nrms_norm_eps:      %g (%s)\n", c->max_position, (double)c->rms_eps,
+        c->norm_plus_one ? "(1 + w) * x" : "w * x");
+    put(&t, "activation:        %s\nembedding scale:   %g\nattention scale:   %g\n",
+        c->act == LMX_ACT_SILU ? "silu (SwiGLU)" : "gelu_pytorch_tanh (GeGLU)", (double)c->embed_scale,
+        (double)c->attn_scale);
+    put(&t, "softcapping:       attention %g, final %g (0 = none)\n", (double)c->attn_softcap,
+        (double)c->final_softcap);
+    put(&t, "output head:       %s\n", c->tied_embeddings ? "tied to the embeddings" : "lm_head");
+    put(&t, "eos ids:          ");
+    for (int i = 0; i < c->n_eos; i++)
+        put(&t, " %d", (int)c->eos_ids[i]);
+    put(&t, "%s\nbos id:            %d\n", c->n_eos ? "" : " (none)", (int)c->bos_id);
+    put(&t, "weights:          ");
+    for (int d = 0; d < LMX_DT_COUNT; d++)
+        if (m->dtypes_used & (1u << d))
+            put(&t, " %s", lmx_dtype_name((lmx_dtype)d));
+    put(&t, "\nparameters:        %zu (%.3f B)\nweight bytes:      %zu (%.2f GB)\n", m->n_params,
+        (double)m->n_params / 1e9, m->weight_bytes, (double)m->weight_bytes / 1e9);
+    for (int i = 0; i < c->n_layers; i++) {
+        const lmx_layer_config *l = &c->layers[i];
+        if (l->window)
+            put(&t, "layer %3d:         sliding window %d", i, l->window);
+        else
+            put(&t, "layer %3d:         global", i);
+        put(&t, ", rope theta %g", (double)l->rope.theta);
+        if (l->rope.factor != 1.0f)
+            put(&t, " linear x%g", (double)l->rope.factor);
+        put(&t, "\n");
+    }
+    if (t.failed) {
+        free(t.buf);
+        return NULL;
+    }
+    return t.buf;
+}
 
 /* Forward pass ----------------------------------------------------------- */
 

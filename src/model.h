@@ -23,6 +23,8 @@ struct lmx_model {
     lmx_tensor *embed, *final_norm, *lm_head; /* lm_head == embed when tied */
     lmx_layer_weights *layers;
     size_t weight_bytes;     /* bytes of the tensors the model uses */
+    size_t n_params;         /* their elements */
+    unsigned dtypes_used;    /* bit i set: some weight is stored as lmx_dtype i */
 };
 
 /* Per-context state of the forward pass: the KV cache and scratch

@@ -4,6 +4,9 @@
 #ifndef LMX_COMMANDS_H
 #define LMX_COMMANDS_H
 
+int cmd_info(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 
 #endif

@@ -9,6 +9,9 @@ static const struct {
     int (*run)(int argc, char **argv);
     const char *help;
 } commands[] = {
+    {"info", cmd_info, "info DIR                      describe a checkpoint"},
+    {"logits", cmd_logits, "logits DIR --ids 1,2,3 --out F.safetensors [--decode] [--chunk N]"},
+    {"synth", cmd_synth, "synth --like NAME DIR [--dtype bf16|f16|f32] [--layers N] [--seed S]"},
     {"version", cmd_version, "version                       print the version"},
 };
 

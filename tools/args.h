@@ -1,0 +1,18 @@
+/* Argument helpers shared by the lmx subcommands. */
+#ifndef LMX_TOOLS_ARGS_H
+#define LMX_TOOLS_ARGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Parses a decimal integer in [lo, hi]; prints an error naming `what` and
+ * returns -1 when s is not one. */
+int args_int(const char *s, long lo, long hi, const char *what, long *out);
+/* Parses "1,2,3" into a malloc'd array (caller frees); -1 with a message
+ * on malformed input. */
+int args_ids(const char *s, int32_t **ids, size_t *n);
+/* Returns argv[*i + 1] and advances *i, or prints "OPT needs a value" and
+ * returns NULL. */
+const char *args_value(int argc, char **argv, int *i);
+
+#endif
