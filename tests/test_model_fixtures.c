@@ -1,7 +1,9 @@
 /* Logits of every fixture checkpoint against transformers' references
  * (tests/data/<name>/refs.safetensors): one-shot prefill, token-at-a-time
  * decode and prefill in chunks of 5, plus the 20 greedy tokens. */
+#include <cjson/cJSON.h>
 #include <math.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,11 +121,11 @@ static void check_prompt(lmx_model *m, const refs *r, int k, int chunk, int rows
     free(logits);
 }
 
-static void check_model(const char *name)
+/* Checks the checkpoint in dir against the references of fixture `name`. */
+static void check_model_dir(const char *name, const char *dir)
 {
-    char dir[512], path[600];
-    snprintf(dir, sizeof dir, "%s/%s", LMX_TEST_DATA, name);
-    snprintf(path, sizeof path, "%s/refs.safetensors", dir);
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s/refs.safetensors", LMX_TEST_DATA, name);
     lmx_error err = {0};
     lmx_model *m = lmx_load(dir, NULL, &err);
     CHECK(m != NULL, "load %s: %s", name, err.message);
@@ -144,16 +146,204 @@ static void check_model(const char *name)
     lmx_close(m);
 }
 
+static void check_model(const char *name)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", LMX_TEST_DATA, name);
+    check_model_dir(name, dir);
+}
+
+/* Variants real hubs have, made from the fixtures ---------------------------- */
+
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n)
+        buf[n] = 0;
+    else {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    return buf;
+}
+
+static void write_text(const char *dir, const char *file, const char *text)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fputs(text, f) >= 0, "write %s", path);
+    if (f)
+        fclose(f);
+}
+
+static void write_json(const char *dir, const char *file, const cJSON *j)
+{
+    char *text = cJSON_Print(j);
+    write_text(dir, file, text);
+    free(text);
+}
+
+static const char *variant_dir(const char *label)
+{
+    static char dir[600];
+    snprintf(dir, sizeof dir, "%s/%s", test_tmpdir(), label);
+    mkdir(dir, 0755);
+    return dir;
+}
+
+/* Rewrites fixture `name`'s weights into dir: renamed by `prefix` (replacing
+ * "model."), converted to `dtype` (F16 keeps BF16 values: exact in range),
+ * split over `shards` files with an index when shards > 1. */
+static void rewrite_weights(const char *name, const char *dir, const char *prefix, lmx_dtype dtype,
+                            int shards, int add_vision)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s/model.safetensors", LMX_TEST_DATA, name);
+    lmx_st_set *st = NULL;
+    lmx_error err = {0};
+    CHECK(lmx_st_open_file(path, &st, &err) == LMX_OK, "%s", err.message);
+    if (!st)
+        return;
+    size_t n = lmx_st_count(st);
+    lmx_st_out *out = calloc(n + 1, sizeof *out);
+    char **names = calloc(n + 1, sizeof *names);
+    void **bufs = calloc(n + 1, sizeof *bufs);
+    for (size_t i = 0; i < n; i++) {
+        const lmx_st_tensor *t = lmx_st_at(st, i);
+        names[i] = malloc(strlen(t->name) + strlen(prefix) + 1);
+        const char *rest = strncmp(t->name, "model.", 6) == 0 ? t->name + 6 : NULL;
+        if (rest)
+            sprintf(names[i], "%s%s", prefix, rest);
+        else
+            strcpy(names[i], t->name);
+        out[i] = (lmx_st_out){.name = names[i], .dtype = t->dtype, .ndim = t->ndim, .data = t->data};
+        memcpy(out[i].shape, t->shape, sizeof t->shape);
+        if (dtype != t->dtype) {
+            size_t count = t->nbytes / lmx_dtype_size(t->dtype);
+            uint16_t *b = malloc(count * sizeof *b);
+            for (size_t k = 0; k < count; k++) {
+                float v = t->dtype == LMX_DT_BF16 ? lmx_bf16_to_f32(((const uint16_t *)t->data)[k])
+                                                  : ((const float *)t->data)[k];
+                b[k] = lmx_f32_to_f16(v);
+            }
+            bufs[i] = b;
+            out[i].dtype = dtype;
+            out[i].data = b;
+        }
+    }
+    static const float vision[4] = {1, 2, 3, 4};
+    if (add_vision) /* multimodal checkpoints carry a vision tower lmx ignores */
+        out[n++] = (lmx_st_out){.name = "vision_tower.patch_embedding.weight", .dtype = LMX_DT_F32,
+                                .ndim = 1, .shape = {4}, .data = vision};
+    if (shards <= 1) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        CHECK(lmx_st_write(path, out, n, &err) == LMX_OK, "%s", err.message);
+    } else {
+        cJSON *index = cJSON_CreateObject(), *map = cJSON_AddObjectToObject(index, "weight_map");
+        size_t per = (n + (size_t)shards - 1) / (size_t)shards;
+        for (int s = 0; s < shards; s++) {
+            char file[64];
+            snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", s + 1, shards);
+            size_t a = (size_t)s * per, b = a + per < n ? a + per : n;
+            for (size_t i = a; i < b; i++)
+                cJSON_AddStringToObject(map, out[i].name, file);
+            snprintf(path, sizeof path, "%s/%s", dir, file);
+            CHECK(lmx_st_write(path, out + a, b - a, &err) == LMX_OK, "%s", err.message);
+        }
+        write_json(dir, "model.safetensors.index.json", index);
+        cJSON_Delete(index);
+    }
+    for (size_t i = 0; i < lmx_st_count(st); i++) {
+        free(names[i]);
+        free(bufs[i]);
+    }
+    free(names);
+    free(bufs);
+    free(out);
+    lmx_st_close(st);
+}
+
+static cJSON *fixture_json(const char *name, const char *file)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s/%s", LMX_TEST_DATA, name, file);
+    char *text = read_text(path);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    CHECK(j != NULL, "read %s", path);
+    return j;
+}
+
+static void copy_config(const char *name, const char *dir)
+{
+    cJSON *c = fixture_json(name, "config.json");
+    write_json(dir, "config.json", c);
+    cJSON_Delete(c);
+}
+
+static void check_variants(void)
+{
+    const char *dir = variant_dir("qwen3-tiny-sharded");
+    copy_config("qwen3-tiny", dir);
+    rewrite_weights("qwen3-tiny", dir, "model.", LMX_DT_BF16, 3, 0);
+    check_model_dir("qwen3-tiny", dir);
+
+    dir = variant_dir("gemma3-tiny-f16");
+    copy_config("gemma3-tiny", dir);
+    rewrite_weights("gemma3-tiny", dir, "model.", LMX_DT_F16, 1, 0);
+    check_model_dir("gemma3-tiny", dir);
+
+    /* new-style config: transformers' own resolved form (layer_types,
+     * rope_parameters keyed by layer type), no legacy rope fields */
+    dir = variant_dir("gemma3-small-newconfig");
+    cJSON *meta = fixture_json("gemma3-small", "refs_meta.json");
+    cJSON *resolved = cJSON_DetachItemFromObject(meta, "resolved_config");
+    CHECK(cJSON_GetObjectItem(resolved, "layer_types") && !cJSON_GetObjectItem(resolved, "rope_scaling"),
+          "resolved config is new-style");
+    cJSON_DeleteItemFromObject(resolved, "sliding_window_pattern");
+    cJSON_DeleteItemFromObject(resolved, "_sliding_window_pattern");
+    write_json(dir, "config.json", resolved);
+    cJSON_Delete(resolved);
+    cJSON_Delete(meta);
+    rewrite_weights("gemma3-small", dir, "model.", LMX_DT_F32, 1, 0);
+    check_model_dir("gemma3-small", dir);
+
+    /* Gemma3ForConditionalGeneration: text model under text_config, weights
+     * under language_model.model.* (legacy) or model.language_model.* (new) */
+    const char *prefixes[] = {"language_model.model.", "model.language_model."};
+    for (int k = 0; k < 2; k++) {
+        dir = variant_dir(k ? "gemma3-small-mm-new" : "gemma3-small-mm-legacy");
+        cJSON *text = fixture_json("gemma3-small", "config.json");
+        cJSON *root = cJSON_CreateObject();
+        cJSON_AddStringToObject(root, "model_type", "gemma3");
+        cJSON_AddItemToObject(root, "text_config", text);
+        cJSON_AddItemToObject(root, "vision_config", cJSON_CreateObject());
+        write_json(dir, "config.json", root);
+        cJSON_Delete(root);
+        rewrite_weights("gemma3-small", dir, prefixes[k], LMX_DT_F32, 2, 1);
+        check_model_dir("gemma3-small", dir);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1) {
         for (int i = 1; i < argc; i++)
             check_model(argv[i]);
-    } else {
-        check_model("qwen3-small");
-        check_model("gemma3-small");
-        check_model("qwen3-tiny");
-        check_model("gemma3-tiny");
+        return test_finish();
     }
+    check_model("qwen3-small");
+    check_model("gemma3-small");
+    check_model("qwen3-tiny");
+    check_model("gemma3-tiny");
+    check_variants();
     return test_finish();
 }

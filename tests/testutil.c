@@ -8,8 +8,16 @@
 
 int test_checks, test_failures;
 
+static char tmpdir_path[256];
+
 int test_finish(void)
 {
+    if (tmpdir_path[0]) { /* scratch files go with the test */
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir_path);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", tmpdir_path);
+    }
     printf("%d passed, %d failed\n", test_checks - test_failures, test_failures);
     if (test_checks == 0) {
         fprintf(stderr, "no check ran\n");
@@ -50,12 +58,11 @@ int test_run(const char *cmd, char **out)
 
 const char *test_tmpdir(void)
 {
-    static char dir[256];
-    if (!dir[0]) {
-        snprintf(dir, sizeof dir, "/tmp/lmx-test-%d", (int)getpid());
-        mkdir(dir, 0700);
+    if (!tmpdir_path[0]) {
+        snprintf(tmpdir_path, sizeof tmpdir_path, "/tmp/lmx-test-%d", (int)getpid());
+        mkdir(tmpdir_path, 0700);
     }
-    return dir;
+    return tmpdir_path;
 }
 
 int test_have_file(const char *path)
