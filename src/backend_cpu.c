@@ -74,6 +74,11 @@ static lmx_tensor *cpu_weight(lmx_backend *be, const lmx_st_tensor *t, lmx_error
                  t->file, t->name, lmx_dtype_name(t->dtype));
         return NULL;
     }
+    if ((uintptr_t)t->data % lmx_dtype_size(t->dtype)) {
+        lmx_fail(err, LMX_ERR_UNSUPPORTED, "%s: tensor '%s' is not aligned to its %zu-byte elements",
+                 t->file, t->name, lmx_dtype_size(t->dtype));
+        return NULL;
+    }
     int64_t rows = t->ndim >= 2 ? t->shape[0] : 1, cols = 1;
     for (int d = t->ndim >= 2 ? 1 : 0; d < t->ndim; d++)
         cols *= t->shape[d];
