@@ -1,0 +1,645 @@
+/* The BPE model (see tok_bpe.h). */
+#include "tok_bpe.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+#define NO_ID (-1)
+#define EMPTY_KEY UINT64_MAX
+
+struct lmx_tokbpe {
+    char *pool;       /* every token string, back to back */
+    size_t pool_n, pool_cap;
+    uint32_t *off;    /* per id: offset in pool; len UINT32_MAX = no token */
+    uint32_t *len;
+    int32_t id_limit; /* largest id + 1 */
+    int32_t id_cap;
+    int32_t *slot;    /* string -> id, open addressing, NO_ID = empty */
+    uint32_t *tag;    /* the upper hash bits of each slot, to skip most compares */
+    size_t mask;
+    uint64_t *mkey;   /* (left id << 32 | right id) -> rank, merged id */
+    uint32_t *mrank;
+    int32_t *mnew;
+    size_t mmask;
+    int32_t byte_id[256]; /* "<0xXX>" tokens for byte fallback */
+    int32_t ascii_id[128]; /* one-character tokens, when no prefix/suffix applies */
+    int32_t unk_id;
+    int byte_fallback, fuse_unk, ignore_merges;
+    char *prefix, *suffix; /* continuing_subword_prefix, end_of_word_suffix, or NULL */
+};
+
+typedef struct sym {
+    int32_t id, prev, next, len; /* len 0 = merged away */
+} sym;
+
+typedef struct merge {
+    uint32_t rank, pos;
+    int32_t id;
+} merge;
+
+/* ---- tables ---------------------------------------------------------------- */
+
+int32_t lmx_tokbpe_lookup(const lmx_tokbpe *b, const char *s, size_t len)
+{
+    uint64_t h = lmx_tokhash(s, len);
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (size_t i = h & b->mask;; i = (i + 1) & b->mask) {
+        int32_t id = b->slot[i];
+        if (id == NO_ID)
+            return NO_ID;
+        if (b->tag[i] == tag && b->len[id] == len && !memcmp(b->pool + b->off[id], s, len))
+            return id;
+    }
+}
+
+const char *lmx_tokbpe_token(const lmx_tokbpe *b, int32_t id, size_t *len)
+{
+    if (id < 0 || id >= b->id_limit || b->len[id] == UINT32_MAX)
+        return NULL;
+    *len = b->len[id];
+    return b->pool + b->off[id];
+}
+
+int32_t lmx_tokbpe_id_limit(const lmx_tokbpe *b)
+{
+    return b->id_limit;
+}
+
+int lmx_tokbpe_has_byte_fallback(const lmx_tokbpe *b)
+{
+    return b->byte_fallback;
+}
+
+static size_t merge_slot(const lmx_tokbpe *b, uint64_t key)
+{
+    uint64_t h = key * 0x9e3779b97f4a7c15ull;
+    size_t i = (size_t)(h ^ (h >> 31)) & b->mmask;
+    while (b->mkey[i] != EMPTY_KEY && b->mkey[i] != key)
+        i = (i + 1) & b->mmask;
+    return i;
+}
+
+/* Returns the slot of pair (l, r), or SIZE_MAX when there is no such merge. */
+static size_t merge_find(const lmx_tokbpe *b, int32_t l, int32_t r)
+{
+    if (!b->mmask)
+        return SIZE_MAX;
+    size_t i = merge_slot(b, (uint64_t)(uint32_t)l << 32 | (uint32_t)r);
+    return b->mkey[i] == EMPTY_KEY ? SIZE_MAX : i;
+}
+
+static size_t pow2_at_least(size_t n)
+{
+    size_t c = 16;
+    while (c < n)
+        c *= 2;
+    return c;
+}
+
+/* ---- loading: vocabulary ------------------------------------------------------ */
+
+static int grow_ids(lmx_tokbpe *b, int32_t id)
+{
+    if (id < b->id_cap)
+        return 0;
+    int32_t cap = b->id_cap ? b->id_cap : 1024;
+    while (cap <= id)
+        cap *= 2;
+    uint32_t *off = realloc(b->off, (size_t)cap * sizeof *off);
+    if (!off)
+        return -1;
+    b->off = off;
+    uint32_t *len = realloc(b->len, (size_t)cap * sizeof *len);
+    if (!len)
+        return -1;
+    b->len = len;
+    for (int32_t i = b->id_cap; i < cap; i++)
+        b->len[i] = UINT32_MAX;
+    b->id_cap = cap;
+    return 0;
+}
+
+static lmx_status add_token(lmx_tokbpe *b, const lmx_tokbuf *key, long long id, const char *what,
+                            lmx_error *err)
+{
+    if (id < 0 || id >= LMX_TOK_MAX_ID)
+        return lmx_fail(err, LMX_ERR_FORMAT, "%s: model.vocab: id %lld of \"%.40s\" out of range",
+                        what, id, key->p);
+    if (key->n >= UINT32_MAX / 2 || grow_ids(b, (int32_t)id))
+        return lmx_fail(err, LMX_ERR_NOMEM, "%s: model.vocab too large", what);
+    if (b->len[id] != UINT32_MAX)
+        return lmx_fail(err, LMX_ERR_FORMAT, "%s: model.vocab: duplicate id %lld", what, id);
+    while (b->pool_cap - b->pool_n < key->n + 1) {
+        size_t cap = b->pool_cap ? b->pool_cap * 2 : 1 << 16;
+        char *p = cap > UINT32_MAX ? NULL : realloc(b->pool, cap);
+        if (!p)
+            return lmx_fail(err, LMX_ERR_NOMEM, "%s: model.vocab too large", what);
+        b->pool = p;
+        b->pool_cap = cap;
+    }
+    memcpy(b->pool + b->pool_n, key->p, key->n);
+    b->off[id] = (uint32_t)b->pool_n;
+    b->len[id] = (uint32_t)key->n;
+    b->pool_n += key->n;
+    if (id >= b->id_limit)
+        b->id_limit = (int32_t)id + 1;
+    return LMX_OK;
+}
+
+static lmx_status build_index(lmx_tokbpe *b, const char *what, lmx_error *err)
+{
+    size_t cap = pow2_at_least((size_t)b->id_limit * 2);
+    b->slot = malloc(cap * sizeof *b->slot);
+    b->tag = malloc(cap * sizeof *b->tag);
+    if (!b->slot || !b->tag)
+        return lmx_fail(err, LMX_ERR_NOMEM, "%s: model.vocab too large", what);
+    memset(b->slot, 0xff, cap * sizeof *b->slot);
+    b->mask = cap - 1;
+    for (int32_t id = 0; id < b->id_limit; id++) {
+        if (b->len[id] == UINT32_MAX)
+            continue;
+        const char *s = b->pool + b->off[id];
+        if (lmx_tokbpe_lookup(b, s, b->len[id]) != NO_ID)
+            return lmx_fail(err, LMX_ERR_FORMAT, "%s: model.vocab: duplicate token \"%.40s\"", what,
+                            s);
+        uint64_t h = lmx_tokhash(s, b->len[id]);
+        size_t i = h & b->mask;
+        while (b->slot[i] != NO_ID)
+            i = (i + 1) & b->mask;
+        b->slot[i] = id;
+        b->tag[i] = (uint32_t)(h >> 32);
+    }
+    return LMX_OK;
+}
+
+static lmx_status load_vocab(lmx_tokbpe *b, lmx_tokjson *j, const char *what, lmx_error *err)
+{
+    lmx_tokbuf key = {0};
+    int first = 1, r;
+    lmx_status st = LMX_OK;
+    if (lmx_tokjson_expect(j, '{'))
+        return lmx_fail(err, LMX_ERR_FORMAT, "%s: model.vocab is not an object", what);
+    while (st == LMX_OK && (r = lmx_tokjson_next(j, &first, &key)) == 1) {
+        long long id;
+        if (lmx_tokjson_int(j, &id))
+            st = lmx_fail(err, LMX_ERR_FORMAT, "%s: model.vocab: bad id for \"%.40s\"", what,
+                          key.p ? key.p : "");
+        else
+            st = add_token(b, &key, id, what, err);
+    }
+    lmx_tokbuf_free(&key);
+    if (st == LMX_OK && r < 0)
+        st = lmx_fail(err, LMX_ERR_FORMAT, "%s: model.vocab: malformed JSON", what);
+    return st == LMX_OK ? build_index(b, what, err) : st;
+}
+
+/* ---- loading: merges ---------------------------------------------------------- */
+
+static lmx_status merge_ids(lmx_tokbpe *b, const char *a, size_t na, const char *c, size_t nc,
+                            uint32_t rank, lmx_tokbuf *tmp, const char *what, lmx_error *err)
+{
+    int32_t ia = lmx_tokbpe_lookup(b, a, na), ic = lmx_tokbpe_lookup(b, c, nc);
+    size_t plen = b->prefix ? strlen(b->prefix) : 0;
+    if (ia == NO_ID || ic == NO_ID)
+        return lmx_fail(err, LMX_ERR_FORMAT, "%s: model.merges[%u] names unknown token \"%.*s\"",
+                        what, rank, (int)(ia == NO_ID ? na : nc), ia == NO_ID ? a : c);
+    if (nc < plen)
+        return lmx_fail(err, LMX_ERR_FORMAT, "%s: model.merges[%u]: \"%.*s\" lacks the prefix",
+                        what, rank, (int)nc, c);
+    tmp->n = 0;
+    if (lmx_tokbuf_put(tmp, a, na) || lmx_tokbuf_put(tmp, c + plen, nc - plen))
+        return lmx_fail(err, LMX_ERR_NOMEM, "%s: out of memory", what);
+    int32_t in = lmx_tokbpe_lookup(b, tmp->p, tmp->n);
+    if (in == NO_ID)
+        return lmx_fail(err, LMX_ERR_FORMAT,
+                        "%s: model.merges[%u]: merged token \"%.40s\" is not in the vocab", what,
+                        rank, tmp->p);
+    /* a later duplicate replaces the earlier one, as a Rust HashMap collect does */
+    size_t i = merge_slot(b, (uint64_t)(uint32_t)ia << 32 | (uint32_t)ic);
+    b->mkey[i] = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ic;
+    b->mrank[i] = rank;
+    b->mnew[i] = in;
+    return LMX_OK;
+}
+
+/* One merge: "a b" (exactly one space) or ["a", "b"]. */
+static lmx_status load_merge(lmx_tokbpe *b, lmx_tokjson *j, uint32_t rank, lmx_tokbuf *s1,
+                             lmx_tokbuf *s2, lmx_tokbuf *tmp, const char *what, lmx_error *err)
+{
+    if (lmx_tokjson_peek(j) == '"') {
+        if (lmx_tokjson_string(j, s1))
+            return lmx_fail(err, LMX_ERR_FORMAT, "%s: model.merges[%u]: bad string", what, rank);
+        char *sp = memchr(s1->p, ' ', s1->n);
+        if (!sp || memchr(sp + 1, ' ', s1->n - (size_t)(sp + 1 - s1->p)))
+            return lmx_fail(err, LMX_ERR_FORMAT, "%s: model.merges[%u]: \"%.40s\" is not \"a b\"",
+                            what, rank, s1->p);
+        return merge_ids(b, s1->p, (size_t)(sp - s1->p), sp + 1, s1->n - (size_t)(sp + 1 - s1->p),
+                         rank, tmp, what, err);
+    }
+    if (lmx_tokjson_expect(j, '[') || lmx_tokjson_string(j, s1) || lmx_tokjson_expect(j, ',') ||
+        lmx_tokjson_string(j, s2) || lmx_tokjson_expect(j, ']'))
+        return lmx_fail(err, LMX_ERR_FORMAT, "%s: model.merges[%u] is not a pair of strings",
+                        what, rank);
+    return merge_ids(b, s1->p, s1->n, s2->p, s2->n, rank, tmp, what, err);
+}
+
+static lmx_status alloc_merges(lmx_tokbpe *b, size_t n, const char *what, lmx_error *err)
+{
+    size_t cap = pow2_at_least(n * 2 + 2);
+    b->mkey = malloc(cap * sizeof *b->mkey);
+    b->mrank = malloc(cap * sizeof *b->mrank);
+    b->mnew = malloc(cap * sizeof *b->mnew);
+    if (!b->mkey || !b->mrank || !b->mnew)
+        return lmx_fail(err, LMX_ERR_NOMEM, "%s: model.merges too large", what);
+    memset(b->mkey, 0xff, cap * sizeof *b->mkey);
+    b->mmask = cap - 1;
+    return LMX_OK;
+}
+
+/* Counts the entries first (a cheap skip) so the table never rehashes. */
+static lmx_status load_merges(lmx_tokbpe *b, lmx_tokjson j, const char *what, lmx_error *err)
+{
+    lmx_tokjson c = j;
+    int first = 1, r;
+    size_t n = 0;
+    if (lmx_tokjson_expect(&c, '['))
+        return lmx_fail(err, LMX_ERR_FORMAT, "%s: model.merges is not an array", what);
+    while ((r = lmx_tokjson_next(&c, &first, NULL)) == 1 && !lmx_tokjson_skip(&c, NULL, NULL))
+        n++;
+    if (r != 0 || n >= UINT32_MAX / 4)
+        return lmx_fail(err, LMX_ERR_FORMAT, "%s: model.merges: malformed JSON", what);
+    lmx_status st = alloc_merges(b, n, what, err);
+    lmx_tokbuf s1 = {0}, s2 = {0}, tmp = {0};
+    lmx_tokjson_expect(&j, '[');
+    first = 1;
+    for (uint32_t rank = 0; st == LMX_OK && lmx_tokjson_next(&j, &first, NULL) == 1; rank++) {
+        /* a legacy "#version" header line is not a merge */
+        if (rank == 0 && j.end - j.p > 9 && !memcmp(j.p, "\"#version", 9)) {
+            lmx_tokjson_skip(&j, NULL, NULL);
+            rank--;
+            continue;
+        }
+        st = load_merge(b, &j, rank, &s1, &s2, &tmp, what, err);
+    }
+    lmx_tokbuf_free(&s1);
+    lmx_tokbuf_free(&s2);
+    lmx_tokbuf_free(&tmp);
+    return st;
+}
+
+/* ---- loading: the model object -------------------------------------------------- */
+
+/* Reads a string-or-null field; *out is malloc'd or NULL. */
+static int opt_string(lmx_tokjson *j, char **out)
+{
+    lmx_tokbuf s = {0};
+    free(*out);
+    *out = NULL;
+    if (lmx_tokjson_peek(j) == 'n')
+        return lmx_tokjson_skip(j, NULL, NULL);
+    if (lmx_tokjson_string(j, &s)) {
+        lmx_tokbuf_free(&s);
+        return -1;
+    }
+    *out = s.p ? s.p : calloc(1, 1);
+    return *out ? 0 : -1;
+}
+
+static int opt_bool(lmx_tokjson *j, int *out)
+{
+    const char *s;
+    size_t n;
+    if (lmx_tokjson_skip(j, &s, &n))
+        return -1;
+    if (n == 4 && !memcmp(s, "true", 4))
+        *out = 1;
+    else if ((n == 5 && !memcmp(s, "false", 5)) || (n == 4 && !memcmp(s, "null", 4)))
+        *out = 0;
+    else
+        return -1;
+    return 0;
+}
+
+static lmx_status model_field(lmx_tokbpe *b, lmx_tokjson *j, const char *key, char **type,
+                              char **unk, int *have_vocab, lmx_tokjson *merges, const char *what,
+                              lmx_error *err)
+{
+    int bad = 0;
+    if (!strcmp(key, "type")) {
+        bad = opt_string(j, type);
+    } else if (!strcmp(key, "vocab")) {
+        *have_vocab = 1;
+        return load_vocab(b, j, what, err);
+    } else if (!strcmp(key, "merges")) {
+        *merges = *j; /* read once the vocabulary is known */
+        bad = lmx_tokjson_skip(j, NULL, NULL);
+    } else if (!strcmp(key, "unk_token")) {
+        bad = opt_string(j, unk);
+    } else if (!strcmp(key, "continuing_subword_prefix")) {
+        bad = opt_string(j, &b->prefix);
+    } else if (!strcmp(key, "end_of_word_suffix")) {
+        bad = opt_string(j, &b->suffix);
+    } else if (!strcmp(key, "fuse_unk")) {
+        bad = opt_bool(j, &b->fuse_unk);
+    } else if (!strcmp(key, "byte_fallback")) {
+        bad = opt_bool(j, &b->byte_fallback);
+    } else if (!strcmp(key, "ignore_merges")) {
+        bad = opt_bool(j, &b->ignore_merges);
+    } else {
+        bad = lmx_tokjson_skip(j, NULL, NULL); /* dropout, cache_capacity: no effect here */
+    }
+    return bad ? lmx_fail(err, LMX_ERR_FORMAT, "%s: model.%s is malformed", what, key) : LMX_OK;
+}
+
+static void fill_fast_ids(lmx_tokbpe *b)
+{
+    char name[8];
+    for (int i = 0; i < 256; i++) {
+        snprintf(name, sizeof name, "<0x%02X>", i);
+        b->byte_id[i] = lmx_tokbpe_lookup(b, name, 6);
+    }
+    for (int i = 0; i < 128; i++) {
+        char c = (char)i;
+        b->ascii_id[i] = lmx_tokbpe_lookup(b, &c, 1);
+    }
+}
+
+static lmx_status finish_model(lmx_tokbpe *b, const char *type, const char *unk, int have_vocab,
+                               lmx_tokjson merges, const char *what, lmx_error *err)
+{
+    if (type && strcmp(type, "BPE"))
+        return lmx_fail(err, LMX_ERR_UNSUPPORTED, "%s: model type \"%s\" is not supported", what,
+                        type);
+    if (!have_vocab || !merges.p)
+        return lmx_fail(err, LMX_ERR_FORMAT, "%s: model lacks %s", what,
+                        have_vocab ? "merges" : "vocab");
+    lmx_status st = load_merges(b, merges, what, err);
+    if (st != LMX_OK)
+        return st;
+    b->unk_id = NO_ID;
+    if (unk) {
+        b->unk_id = lmx_tokbpe_lookup(b, unk, strlen(unk));
+        if (b->unk_id == NO_ID)
+            return lmx_fail(err, LMX_ERR_FORMAT, "%s: model.unk_token \"%.40s\" is not in the vocab",
+                            what, unk);
+    }
+    fill_fast_ids(b);
+    return LMX_OK;
+}
+
+lmx_status lmx_tokbpe_load(lmx_tokjson *j, const char *what, lmx_tokbpe **out, lmx_error *err)
+{
+    lmx_tokbpe *b = calloc(1, sizeof *b);
+    lmx_tokbuf key = {0};
+    char *type = NULL, *unk = NULL;
+    int have_vocab = 0, first = 1, r = -1;
+    lmx_tokjson merges = {0};
+    lmx_status st = b ? LMX_OK : lmx_fail(err, LMX_ERR_NOMEM, "%s: out of memory", what);
+    if (st == LMX_OK && lmx_tokjson_expect(j, '{'))
+        st = lmx_fail(err, LMX_ERR_FORMAT, "%s: \"model\" is not an object", what);
+    while (st == LMX_OK && (r = lmx_tokjson_next(j, &first, &key)) == 1)
+        st = model_field(b, j, key.p, &type, &unk, &have_vocab, &merges, what, err);
+    if (st == LMX_OK && r < 0)
+        st = lmx_fail(err, LMX_ERR_FORMAT, "%s: \"model\": malformed JSON", what);
+    if (st == LMX_OK)
+        st = finish_model(b, type, unk, have_vocab, merges, what, err);
+    lmx_tokbuf_free(&key);
+    free(type);
+    free(unk);
+    if (st != LMX_OK) {
+        lmx_tokbpe_free(b);
+        b = NULL;
+    }
+    *out = b;
+    return st;
+}
+
+void lmx_tokbpe_free(lmx_tokbpe *b)
+{
+    if (!b)
+        return;
+    free(b->pool);
+    free(b->off);
+    free(b->len);
+    free(b->slot);
+    free(b->tag);
+    free(b->mkey);
+    free(b->mrank);
+    free(b->mnew);
+    free(b->prefix);
+    free(b->suffix);
+    free(b);
+}
+
+/* ---- encoding --------------------------------------------------------------------- */
+
+static int scratch_fit(lmx_tokbpe_scratch *s, size_t nsym)
+{
+    if (nsym > s->sym_cap) {
+        size_t cap = nsym * 2;
+        void *p = realloc(s->sym, cap * sizeof(sym));
+        void *q = p ? realloc(s->heap, cap * 2 * sizeof(merge)) : NULL;
+        if (p)
+            s->sym = p;
+        if (!q)
+            return -1;
+        s->heap = q;
+        s->sym_cap = cap;
+        s->heap_cap = cap * 2;
+    }
+    return 0;
+}
+
+void lmx_tokbpe_scratch_free(lmx_tokbpe_scratch *s)
+{
+    free(s->sym);
+    free(s->heap);
+    free(s->tmp);
+    memset(s, 0, sizeof *s);
+}
+
+/* The string looked up for one character: the prefix (when not first) and
+ * the suffix (when last) applied, as merge_word builds it. */
+static const char *char_str(const lmx_tokbpe *b, lmx_tokbpe_scratch *s, const char *c, size_t n,
+                            int first, int last, size_t *len)
+{
+    const char *pre = first ? NULL : b->prefix, *suf = last ? b->suffix : NULL;
+    size_t np = pre ? strlen(pre) : 0, ns = suf ? strlen(suf) : 0, need = np + n + ns;
+    *len = n;
+    if (!np && !ns)
+        return c;
+    if (need > s->tmp_cap) {
+        char *t = realloc(s->tmp, need);
+        if (!t)
+            return NULL;
+        s->tmp = t;
+        s->tmp_cap = need;
+    }
+    memcpy(s->tmp, pre, np);
+    memcpy(s->tmp + np, c, n);
+    memcpy(s->tmp + np + n, suf, ns);
+    *len = need;
+    return s->tmp;
+}
+
+static int32_t str_id(const lmx_tokbpe *b, const char *c, size_t n)
+{
+    return n == 1 && (unsigned char)*c < 128 ? b->ascii_id[(unsigned char)*c]
+                                             : lmx_tokbpe_lookup(b, c, n);
+}
+
+static int byte_fallback_ok(const lmx_tokbpe *b, const char *c, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (b->byte_id[(unsigned char)c[i]] == NO_ID)
+            return 0;
+    return 1;
+}
+
+static void sym_add(sym *v, size_t *n, int32_t id, int32_t len)
+{
+    v[*n] = (sym){id, (int32_t)*n - 1, (int32_t)*n + 1, len};
+    (*n)++;
+}
+
+/* Splits the word into characters mapped to ids, with byte fallback and
+ * (fused) unknown tokens as tokenizers' merge_word does. */
+static size_t initial_symbols(const lmx_tokbpe *b, const char *w, size_t len, lmx_tokbpe_scratch *s)
+{
+    sym *v = s->sym;
+    size_t n = 0;
+    int32_t unk_len = 0;
+    for (size_t i = 0; i < len;) {
+        uint32_t cp;
+        size_t k = lmx_tokutf8_next((const unsigned char *)w + i, len - i, &cp);
+        k = k ? k : 1; /* input is valid UTF-8; be safe anyway */
+        size_t sn;
+        const char *str = char_str(b, s, w + i, k, i == 0, i + k == len, &sn);
+        if (!str)
+            return SIZE_MAX;
+        int32_t id = str_id(b, str, sn);
+        if (id != NO_ID) {
+            if (unk_len)
+                sym_add(v, &n, b->unk_id, unk_len);
+            unk_len = 0;
+            sym_add(v, &n, id, (int32_t)k);
+        } else if (b->byte_fallback && byte_fallback_ok(b, str, sn)) {
+            /* a pending unknown stays pending here, as in tokenizers */
+            for (size_t t = 0; t < sn; t++)
+                sym_add(v, &n, b->byte_id[(unsigned char)str[t]], 1);
+        } else if (b->unk_id != NO_ID) {
+            if (unk_len && !b->fuse_unk) {
+                sym_add(v, &n, b->unk_id, unk_len);
+                unk_len = 0;
+            }
+            unk_len += (int32_t)k;
+        }
+        i += k;
+    }
+    if (unk_len)
+        sym_add(v, &n, b->unk_id, unk_len);
+    if (n)
+        v[n - 1].next = -1;
+    return n;
+}
+
+/* A binary min-heap on (rank, pos), as tokenizers' BinaryHeap<Merge>. */
+static int merge_less(const merge *a, const merge *b)
+{
+    return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
+}
+
+static void heap_push(merge *h, size_t *n, merge m)
+{
+    size_t i = (*n)++;
+    while (i && merge_less(&m, &h[(i - 1) / 2])) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = m;
+}
+
+static merge heap_pop(merge *h, size_t *n)
+{
+    merge top = h[0], last = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && merge_less(&h[c + 1], &h[c]))
+            c++;
+        if (!merge_less(&h[c], &last))
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n)
+        h[i] = last;
+    return top;
+}
+
+static void push_pair(const lmx_tokbpe *b, merge *h, size_t *nh, const sym *v, int32_t pos)
+{
+    size_t m = merge_find(b, v[pos].id, v[v[pos].next].id);
+    if (m != SIZE_MAX)
+        heap_push(h, nh, (merge){b->mrank[m], (uint32_t)pos, b->mnew[m]});
+}
+
+/* tokenizers' Word::merge_all, including its test for stale queue entries
+ * (the pair must still merge into the same id), so results match exactly. */
+static void merge_all(const lmx_tokbpe *b, sym *v, size_t n, merge *h)
+{
+    size_t nh = 0;
+    for (size_t i = 0; i + 1 < n; i++)
+        push_pair(b, h, &nh, v, (int32_t)i);
+    while (nh) {
+        merge top = heap_pop(h, &nh);
+        sym *cur = &v[top.pos];
+        if (!cur->len || cur->next < 0)
+            continue;
+        sym *right = &v[cur->next];
+        size_t m = merge_find(b, cur->id, right->id);
+        if (m == SIZE_MAX || b->mnew[m] != top.id)
+            continue;
+        cur->id = top.id;
+        cur->len += right->len;
+        right->len = 0;
+        cur->next = right->next;
+        if (cur->next >= 0)
+            v[cur->next].prev = (int32_t)top.pos;
+        if (cur->prev >= 0)
+            push_pair(b, h, &nh, v, cur->prev);
+        if (cur->next >= 0)
+            push_pair(b, h, &nh, v, (int32_t)top.pos);
+    }
+}
+
+lmx_status lmx_tokbpe_encode(const lmx_tokbpe *b, const char *word, size_t len,
+                             lmx_tokbpe_scratch *s, lmx_tokids *ids, lmx_error *err)
+{
+    if (!len)
+        return LMX_OK;
+    if (b->ignore_merges) {
+        int32_t id = lmx_tokbpe_lookup(b, word, len);
+        if (id != NO_ID)
+            return lmx_tokids_push(ids, id) ? lmx_fail(err, LMX_ERR_NOMEM, "encode: out of memory")
+                                            : LMX_OK;
+    }
+    /* a character becomes at most one symbol per byte of itself and its affixes */
+    size_t extra = (b->prefix ? strlen(b->prefix) : 0) + (b->suffix ? strlen(b->suffix) : 0);
+    if (len > SIZE_MAX / 4 / (extra + 1) || scratch_fit(s, len * (extra + 1) + 1))
+        return lmx_fail(err, LMX_ERR_NOMEM, "encode: out of memory");
+    size_t n = initial_symbols(b, word, len, s);
+    if (n == SIZE_MAX)
+        return lmx_fail(err, LMX_ERR_NOMEM, "encode: out of memory");
+    sym *v = s->sym;
+    merge_all(b, v, n, s->heap);
+    for (int32_t i = n ? 0 : -1; i >= 0; i = v[i].next)
+        if (lmx_tokids_push(ids, v[i].id))
+            return lmx_fail(err, LMX_ERR_NOMEM, "encode: out of memory");
+    return LMX_OK;
+}
