@@ -7,6 +7,8 @@
 int cmd_info(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_detokenize(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 
 #endif
