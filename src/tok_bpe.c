@@ -163,8 +163,8 @@ static lmx_status build_index(lmx_tokbpe *b, const char *what, lmx_error *err)
             continue;
         const char *s = b->pool + b->off[id];
         if (lmx_tokbpe_lookup(b, s, b->len[id]) != NO_ID)
-            return lmx_fail(err, LMX_ERR_FORMAT, "%s: model.vocab: duplicate token \"%.40s\"", what,
-                            s);
+            return lmx_fail(err, LMX_ERR_FORMAT, "%s: model.vocab: duplicate token \"%.*s\"", what,
+                            (int)(b->len[id] < 40 ? b->len[id] : 40), s);
         uint64_t h = lmx_tokhash(s, b->len[id]);
         size_t i = h & b->mask;
         while (b->slot[i] != NO_ID)
@@ -331,6 +331,9 @@ static lmx_status model_field(lmx_tokbpe *b, lmx_tokjson *j, const char *key, ch
     if (!strcmp(key, "type")) {
         bad = opt_string(j, type);
     } else if (!strcmp(key, "vocab")) {
+        if (*type && strcmp(*type, "BPE"))
+            return lmx_fail(err, LMX_ERR_UNSUPPORTED, "%s: model type \"%s\" is not supported",
+                            what, *type);
         *have_vocab = 1;
         return load_vocab(b, j, what, err);
     } else if (!strcmp(key, "merges")) {
