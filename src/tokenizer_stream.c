@@ -46,10 +46,10 @@ static int ends_incomplete(const lmx_tokbuf *b)
 
 /* The emitted ids become the context of what follows: the window keeps only
  * the ids of the latest piece, and their decode is the new prefix. */
-static lmx_status advance(lmx_detok *d, lmx_error *err)
+static lmx_status advance(lmx_detok *d, size_t old, lmx_error *err)
 {
-    size_t keep = d->win.n - d->done;
-    memmove(d->win.p, d->win.p + d->done, keep * sizeof *d->win.p);
+    size_t keep = d->win.n - old;
+    memmove(d->win.p, d->win.p + old, keep * sizeof *d->win.p);
     d->win.n = keep;
     d->done = keep;
     return lmx_tokenizer_decode_buf(d->t, d->win.p, d->win.n, &d->prefix, err);
@@ -73,8 +73,9 @@ static lmx_status step(lmx_detok *d, int final, const char **piece, size_t *len,
         return lmx_fail(err, LMX_ERR_INTERNAL, "stream decode: text changed behind the stream");
     *piece = d->text.p + d->prefix.n;
     *len = d->text.n - d->prefix.n;
+    size_t old = d->done;
     d->done = d->win.n;
-    return final ? LMX_OK : advance(d, err);
+    return final ? LMX_OK : advance(d, old, err);
 }
 
 lmx_status lmx_detok_push(lmx_detok *d, int32_t id, const char **piece, size_t *len,
