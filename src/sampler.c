@@ -1,0 +1,472 @@
+/* Sampling with transformers' logits-processor semantics; docs/sampling.md
+ * states the rules this file implements. */
+#include "sampler.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+typedef struct {
+    float s;    /* processed score */
+    int32_t id; /* token */
+    float e;    /* exp(s - max score): probability relative to the top token's */
+} cand;
+
+enum { BLOCK = 256 }; /* tokens per partial sum of the dense layout (kept_set) */
+
+struct lmx_sampler {
+    lmx_sampler_params p;
+    int vocab;
+    uint64_t rng[4]; /* xoshiro256** state */
+    uint8_t *seen;   /* [vocab] marks for the repetition penalty, all 0 between calls */
+    cand *c;         /* [vocab] candidates; the kept ones end up in c[0..n_kept) */
+    float *e;        /* [vocab] exp(score - max score), see kept_set */
+    double *block;   /* [vocab / BLOCK rounded up] sums of e, see kept_set */
+};
+
+/* ---- random numbers: splitmix64 seeds xoshiro256** -------------------- */
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t next_u64(uint64_t *st) {
+    uint64_t out = rotl(st[1] * 5, 7) * 9, t = st[1] << 17;
+    st[2] ^= st[0];
+    st[3] ^= st[1];
+    st[1] ^= st[2];
+    st[0] ^= st[3];
+    st[2] ^= t;
+    st[3] = rotl(st[3], 45);
+    return out;
+}
+
+/* Uniform in [0, 1) with 53 random bits. */
+static double next_unit(uint64_t *st) { return (double)(next_u64(st) >> 11) * 0x1.0p-53; }
+
+/* exp(x) for x <= 0 in plain IEEE single-precision steps (no libm, no
+ * fused multiply-add in ISO C mode): the same bits on every machine, so the
+ * same seed draws the same tokens everywhere. Relative error about 1e-7;
+ * 0 below -87 (where expf leaves the normal range). The range test works on
+ * the bits, as float comparisons in a select keep gcc from vectorizing the
+ * loop over the vocabulary. */
+static inline float exp_nonpos(float x) {
+    const float log2e = 1.44269504f, ln2_hi = 0.693145751953125f, ln2_lo = 1.42860677e-6f;
+    const uint32_t lim = 0x42AE0000u; /* 87.0f */
+    uint32_t mag;
+    memcpy(&mag, &x, sizeof mag);
+    mag &= 0x7FFFFFFFu;
+    uint32_t keep = 0u - (uint32_t)(mag <= lim);
+    mag = (mag <= lim ? mag : lim) | 0x80000000u; /* -min(|x|, 87) */
+    float xc;
+    memcpy(&xc, &mag, sizeof xc);
+    float k = (xc * log2e + 0x1.8p23f) - 0x1.8p23f; /* round to nearest integer */
+    float r = (xc - k * ln2_hi) - k * ln2_lo;      /* |r| <= ln2/2 */
+    float q = 1.0f / 5040;                          /* Taylor series to r^7 */
+    q = q * r + 1.0f / 720;
+    q = q * r + 1.0f / 120;
+    q = q * r + 1.0f / 24;
+    q = q * r + 1.0f / 6;
+    q = q * r + 0.5f;
+    q = q * r + 1.0f;
+    q = q * r + 1.0f;
+    uint32_t bits = (uint32_t)((int32_t)k + 127) << 23; /* 2^k, k >= -126 */
+    float scale, y;
+    memcpy(&scale, &bits, sizeof scale);
+    y = q * scale;
+    memcpy(&bits, &y, sizeof bits);
+    bits &= keep;
+    memcpy(&y, &bits, sizeof y);
+    return y;
+}
+
+/* ---- construction ------------------------------------------------------- */
+
+lmx_status lmx_sampler_new(const lmx_sampler_params *p, int vocab_size, lmx_sampler **out,
+                           lmx_error *err) {
+    if (!out)
+        return lmx_fail(err, LMX_ERR_ARG, "sampler: out is NULL");
+    *out = NULL;
+    if (!p)
+        return lmx_fail(err, LMX_ERR_ARG, "sampler: params is NULL");
+    if (vocab_size <= 0)
+        return lmx_fail(err, LMX_ERR_ARG, "sampler: vocab_size %d must be positive", vocab_size);
+    /* Written so that NaN fails every test. */
+    if (!(p->temperature >= 0 && isfinite(p->temperature)))
+        return lmx_fail(err, LMX_ERR_ARG, "sampler: temperature %g must be finite and >= 0",
+                        (double)p->temperature);
+    if (p->top_k < 0)
+        return lmx_fail(err, LMX_ERR_ARG, "sampler: top_k %d must be >= 0 (0 = off)", p->top_k);
+    if (!(p->top_p > 0 && p->top_p <= 1))
+        return lmx_fail(err, LMX_ERR_ARG, "sampler: top_p %g must be in (0, 1] (1 = off)",
+                        (double)p->top_p);
+    if (!(p->min_p >= 0 && p->min_p <= 1))
+        return lmx_fail(err, LMX_ERR_ARG, "sampler: min_p %g must be in [0, 1] (0 = off)",
+                        (double)p->min_p);
+    if (!(p->repetition_penalty > 0 && isfinite(p->repetition_penalty)))
+        return lmx_fail(err, LMX_ERR_ARG,
+                        "sampler: repetition_penalty %g must be finite and > 0 (1 = off)",
+                        (double)p->repetition_penalty);
+
+    lmx_sampler *s = calloc(1, sizeof *s);
+    if (s) {
+        s->seen = calloc((size_t)vocab_size, 1);
+        s->c = malloc((size_t)vocab_size * sizeof *s->c);
+        s->e = malloc((size_t)vocab_size * sizeof *s->e);
+        s->block = malloc(((size_t)vocab_size / BLOCK + 1) * sizeof *s->block);
+    }
+    if (!s || !s->seen || !s->c || !s->e || !s->block) {
+        lmx_sampler_free(s);
+        return lmx_fail(err, LMX_ERR_NOMEM, "sampler: no memory for a vocabulary of %d",
+                        vocab_size);
+    }
+    s->p = *p;
+    s->vocab = vocab_size;
+    uint64_t x = p->seed;
+    for (int i = 0; i < 4; i++)
+        s->rng[i] = splitmix64(&x);
+    *out = s;
+    return LMX_OK;
+}
+
+void lmx_sampler_free(lmx_sampler *s) {
+    if (!s)
+        return;
+    free(s->seen);
+    free(s->c);
+    free(s->e);
+    free(s->block);
+    free(s);
+}
+
+/* ---- processing ----------------------------------------------------------- */
+
+/* RepetitionPenaltyLogitsProcessor: every distinct token of the history once,
+ * positive scores divided by the penalty, negative ones multiplied. */
+static void penalize(lmx_sampler *s, float *x, const int32_t *h, size_t n) {
+    float pen = s->p.repetition_penalty;
+    if (pen == 1.0f || !h)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        int32_t t = h[i];
+        if (t < 0 || t >= s->vocab || s->seen[t])
+            continue;
+        s->seen[t] = 1;
+        x[t] = x[t] < 0 ? x[t] * pen : x[t] / pen;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (h[i] >= 0 && h[i] < s->vocab)
+            s->seen[h[i]] = 0;
+}
+
+/* First index of the largest score (NaN never wins), like torch.argmax. */
+static int32_t argmax(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best] || (x[best] != x[best] && x[i] == x[i]))
+            best = i;
+    return best;
+}
+
+/* The order transformers' top-p sees: higher score first; among equal
+ * scores the higher id first, which is what its ascending stable sort,
+ * trimmed from the bottom, keeps. A strict total order. */
+static int ranks_before(const cand *a, const cand *b) {
+    return (a->s > b->s) | ((a->s == b->s) & (a->id > b->id)); /* no branches */
+}
+
+static void swap(cand *a, cand *b) {
+    cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Partitions c[lo..hi) (non-empty) around a median-of-three pivot; returns
+ * the pivot's index m: c[lo..m) rank before it, c(m..hi) after it.
+ * *left_mass gets the sum of e over c[lo..m). */
+static size_t partition(cand *c, size_t lo, size_t hi, double *left_mass) {
+    size_t mid = lo + (hi - lo) / 2, last = hi - 1;
+    if (ranks_before(&c[mid], &c[lo]))
+        swap(&c[mid], &c[lo]);
+    if (ranks_before(&c[last], &c[lo]))
+        swap(&c[last], &c[lo]);
+    if (ranks_before(&c[mid], &c[last]))
+        swap(&c[mid], &c[last]); /* c[last] is now the median of the three */
+    const cand pivot = c[last];
+    size_t m = lo;
+    double mass = 0;
+    for (size_t i = lo; i < last; i++) {
+        /* Branch-free (the outcome is a coin flip): always swap, advance m
+         * only past an element that ranks before the pivot. */
+        const cand t = c[i];
+        const int before = ranks_before(&t, &pivot);
+        c[i] = c[m];
+        c[m] = t;
+        m += (size_t)before;
+        mass += before ? t.e : 0.0f;
+    }
+    swap(&c[m], &c[last]);
+    *left_mass = mass;
+    return m;
+}
+
+/* Reorders c[0..n) and returns r so that c[0..r) are the tokens whose
+ * probability mass ranked above them is < want: the smallest prefix in rank
+ * order whose mass reaches want. Partitions by rank, tracking mass, instead of
+ * sorting: expected O(n). */
+static size_t select_nucleus(cand *c, size_t n, double want) {
+    size_t lo = 0, hi = n;
+    double above = 0; /* mass of c[0..lo), all of which rank before c[lo..hi) */
+    while (lo < hi) {
+        double left;
+        size_t m = partition(c, lo, hi, &left);
+        if (above + left >= want) {
+            hi = m; /* the pivot and all after it are cut */
+        } else {
+            above += left + c[m].e;
+            lo = m + 1;
+        }
+    }
+    return lo;
+}
+
+/* The k-th largest value of x[0..n) (duplicates counted); 0 < k <= n. A
+ * min-heap of the k largest so far in heap[0..k): one comparison for most
+ * tokens, and no gathering. */
+static float kth_largest(const float *x, size_t n, size_t k, float *heap) {
+    size_t size = 0;
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i];
+        if (size == k && !(v > heap[0]))
+            continue;
+        size_t at;
+        if (size < k) { /* grow: sift up from the end */
+            at = size++;
+            while (at > 0 && heap[(at - 1) / 2] > v) {
+                heap[at] = heap[(at - 1) / 2];
+                at = (at - 1) / 2;
+            }
+        } else { /* replace the minimum: sift down from the root */
+            at = 0;
+            for (;;) {
+                size_t child = 2 * at + 1;
+                if (child >= k)
+                    break;
+                if (child + 1 < k && heap[child + 1] < heap[child])
+                    child++;
+                if (!(heap[child] < v))
+                    break;
+                heap[at] = heap[child];
+                at = child;
+            }
+        }
+        heap[at] = v;
+    }
+    return heap[0];
+}
+
+/* Sum of e[0..n) in a fixed order, with independent partial sums so that the
+ * additions overlap (the order, hence the result, is the same everywhere). */
+static double sum_block(const float *e, size_t n) {
+    double part[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            part[j] += e[i + j];
+    for (; i < n; i++)
+        part[0] += e[i];
+    return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+/* The kept tokens and their weights (probability relative to the top
+ * token's), in one of two layouts. dense: token i has weight e[i] (0 when
+ * removed), in blocks of BLOCK whose sums are block[]; used when no top-k or
+ * top-p applies, which saves gathering the vocabulary. Otherwise c[0..n). */
+typedef struct {
+    int dense;
+    size_t n;
+    double total; /* sum of the weights */
+} kept_set;
+
+static kept_set process(lmx_sampler *s, float *x) {
+    const lmx_sampler_params *p = &s->p;
+    const int V = s->vocab;
+    cand *c = s->c;
+    float *e = s->e;
+
+    /* TemperatureLogitsWarper (its own loop, which vectorizes); then NaN ->
+     * -inf (never drawn) and +inf -> FLT_MAX (so that the exponentials stay
+     * finite: such tokens share the mass). */
+    if (p->temperature != 1.0f)
+        for (int i = 0; i < V; i++)
+            x[i] = x[i] / p->temperature;
+    float smax = -INFINITY;
+    size_t n_finite = 0;
+    for (int i = 0; i < V; i++) {
+        if (x[i] != x[i])
+            x[i] = -INFINITY;
+        else if (x[i] == INFINITY)
+            x[i] = FLT_MAX;
+        smax = x[i] > smax ? x[i] : smax;
+        n_finite += x[i] > -INFINITY;
+    }
+    if (n_finite == 0) { /* nothing can be drawn: fall back to the argmax, token 0 */
+        c[0] = (cand){x[0], 0, 1};
+        return (kept_set){0, 1, 1};
+    }
+
+    const int top_k = p->top_k > 0 && (size_t)p->top_k < n_finite;
+    if (!top_k && p->top_p >= 1.0f) {
+        /* Dense: the relative probabilities of all tokens (-inf gives 0), in
+         * a loop that vectorizes; MinPLogitsWarper (see below) in place. */
+        for (int i = 0; i < V; i++)
+            e[i] = exp_nonpos(x[i] - smax);
+        if (p->min_p > 0) {
+            for (int i = 0; i < V; i++) {
+                if (e[i] < p->min_p) {
+                    e[i] = 0;
+                    x[i] = -INFINITY;
+                }
+            }
+        }
+        double total = 0;
+        for (int b = 0; b * BLOCK < V; b++) {
+            size_t len = V - b * BLOCK < BLOCK ? (size_t)(V - b * BLOCK) : BLOCK;
+            s->block[b] = sum_block(e + (size_t)b * BLOCK, len);
+            total += s->block[b];
+        }
+        return (kept_set){1, (size_t)V, total};
+    }
+
+    /* TopKLogitsWarper: keep every score >= the k-th largest (ties at the
+     * boundary all stay). */
+    size_t n = 0;
+    double z_all = 0; /* mass of every token top-k left */
+    if (top_k) {
+        float kth = kth_largest(x, (size_t)V, (size_t)p->top_k, e);
+        for (int i = 0; i < V; i++)
+            if (x[i] >= kth)
+                c[n++] = (cand){x[i], i, exp_nonpos(x[i] - smax)};
+    } else {
+        /* Top-p alone. The nucleus is a prefix in rank order; tokens more
+         * than 20 below the top weigh < e^-19 each, so when the others are
+         * sure to hold top_p of the mass (margin for rounding), only they
+         * are gathered: usually a few thousand tokens, not the vocabulary. */
+        for (int i = 0; i < V; i++)
+            e[i] = exp_nonpos(x[i] - smax);
+        double total = sum_block(e, (size_t)V);
+        float floor_s = total - V * 5.6027964e-9 >= (double)p->top_p * total * (1 + 1e-6)
+                            ? smax - 20
+                            : -INFINITY;
+        for (int i = 0; i < V; i++) { /* branch-free gather */
+            c[n] = (cand){x[i], i, e[i]};
+            n += (size_t)((x[i] > -INFINITY) & (x[i] >= floor_s));
+        }
+        z_all = total;
+    }
+
+    /* TopPLogitsWarper: in rank order, a token stays while the probability
+     * ranked above it is < top_p. */
+    if (p->top_p < 1.0f) {
+        if (top_k) {
+            z_all = 0;
+            for (size_t i = 0; i < n; i++)
+                z_all += c[i].e;
+        }
+        n = select_nucleus(c, n, (double)p->top_p * z_all);
+    }
+
+    /* MinPLogitsWarper: drop tokens whose probability is below min_p times the
+     * top one's; e is that ratio already. The top token always stays. */
+    if (p->min_p > 0) {
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++)
+            if (c[i].e >= p->min_p)
+                c[m++] = c[i];
+        n = m;
+    }
+
+    /* Leave the scores as transformers' processors would: -inf where removed. */
+    if (n < n_finite) {
+        for (int i = 0; i < V; i++)
+            x[i] = -INFINITY;
+        for (size_t i = 0; i < n; i++)
+            x[c[i].id] = c[i].s;
+    }
+    double total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += c[i].e;
+    return (kept_set){0, n, total};
+}
+
+/* Inverse CDF: the first kept token whose cumulative weight exceeds target
+ * (target < total), dense tokens in id order, gathered ones in the order
+ * process() left them. */
+static int32_t draw(const lmx_sampler *s, kept_set k, double target) {
+    if (k.dense) {
+        double acc = 0;
+        for (size_t b = 0;; b++) {
+            size_t lo = b * BLOCK, hi = lo + BLOCK < (size_t)s->vocab ? lo + BLOCK : (size_t)s->vocab;
+            /* acc + block[b] repeats process()'s sum for total exactly, so
+             * the last block is never passed over */
+            if (hi < (size_t)s->vocab && !(target < acc + s->block[b])) {
+                acc += s->block[b];
+                continue;
+            }
+            size_t last = lo;
+            for (size_t i = lo; i < hi; i++) {
+                if (s->e[i] > 0)
+                    last = i; /* rounding fallback: the block's last drawable token */
+                acc += s->e[i];
+                if (target < acc)
+                    return (int32_t)i;
+            }
+            return (int32_t)last;
+        }
+    }
+    double acc = 0;
+    int32_t last = s->c[0].id;
+    for (size_t i = 0; i < k.n; i++) {
+        if (s->c[i].e > 0)
+            last = s->c[i].id;
+        acc += s->c[i].e;
+        if (target < acc)
+            return s->c[i].id;
+    }
+    return last;
+}
+
+int32_t lmx_sampler_sample(lmx_sampler *s, float *logits, const int32_t *history,
+                           size_t n_history) {
+    penalize(s, logits, history, n_history);
+    if (s->p.temperature == 0)
+        return argmax(logits, s->vocab);
+    kept_set k = process(s, logits);
+    return draw(s, k, next_unit(s->rng) * k.total);
+}
+
+void lmx_sampler_probs(lmx_sampler *s, float *logits, const int32_t *history, size_t n_history,
+                       float *probs) {
+    penalize(s, logits, history, n_history);
+    memset(probs, 0, (size_t)s->vocab * sizeof *probs);
+    if (s->p.temperature == 0) {
+        probs[argmax(logits, s->vocab)] = 1;
+        return;
+    }
+    kept_set k = process(s, logits);
+    if (k.dense) {
+        for (int i = 0; i < s->vocab; i++)
+            probs[i] = (float)(s->e[i] / k.total);
+        return;
+    }
+    for (size_t i = 0; i < k.n; i++)
+        probs[s->c[i].id] = (float)(s->c[i].e / k.total);
+}

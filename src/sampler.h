@@ -1,0 +1,50 @@
+/* sampler: logits -> next token, with the semantics of Hugging Face
+ * transformers' logits processors (see docs/sampling.md for the order and
+ * the exact rules) and a seeded, portable random generator: the same seed
+ * and logits give the same tokens on every machine.
+ *
+ * A sampler is used by one stream (one thread) at a time; it owns scratch
+ * space for vocab_size tokens so that sampling never allocates. */
+#ifndef LMX_SAMPLER_H
+#define LMX_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lmx.h"
+
+typedef struct {
+    float temperature;        /* 0 = greedy (argmax, lowest id on ties) */
+    int top_k;                /* 0 = off */
+    float top_p;              /* 1 = off; else in (0, 1) */
+    float min_p;              /* 0 = off; else in (0, 1] */
+    float repetition_penalty; /* 1 = off; else > 0 */
+    uint64_t seed;
+} lmx_sampler_params;
+
+typedef struct lmx_sampler lmx_sampler;
+
+/* Validates p (LMX_ERR_ARG naming the parameter: NaN or negative
+ * temperature, negative top_k, top_p outside (0,1], min_p outside [0,1],
+ * repetition_penalty <= 0 or NaN, non-finite values, vocab_size <= 0).
+ * *out is owned by the caller; free with lmx_sampler_free. */
+lmx_status lmx_sampler_new(const lmx_sampler_params *p, int vocab_size, lmx_sampler **out,
+                           lmx_error *err);
+void lmx_sampler_free(lmx_sampler *s);
+
+/* Picks the next token. logits: vocab_size floats (borrowed), processed in
+ * place: on return they hold the scores transformers' processors would
+ * leave (penalized, divided by the temperature, -inf for removed tokens;
+ * greedy: penalized only). history: the tokens so far, prompt included
+ * (borrowed; ids outside the vocabulary are ignored), for the repetition
+ * penalty. Advances the random state by one draw unless greedy. */
+int32_t lmx_sampler_sample(lmx_sampler *s, float *logits, const int32_t *history,
+                           size_t n_history);
+
+/* The distribution lmx_sampler_sample draws from: the same processing,
+ * then probs[vocab_size] gets the final probabilities (0 for removed
+ * tokens; greedy: 1 at the argmax). Does not touch the random state. */
+void lmx_sampler_probs(lmx_sampler *s, float *logits, const int32_t *history, size_t n_history,
+                       float *probs);
+
+#endif
