@@ -333,6 +333,72 @@ static void check_variants(void)
     }
 }
 
+/* Final logit soft-capping (Gemma2-style configs): the logits become
+ * cap * tanh(logits / cap), which the references give exactly. */
+static void check_final_softcap(void)
+{
+    const char *dir = variant_dir("gemma3-small-softcap");
+    cJSON *c = fixture_json("gemma3-small", "config.json");
+    cJSON_ReplaceItemInObject(c, "final_logit_softcapping", cJSON_CreateNumber(2.0));
+    write_json(dir, "config.json", c);
+    cJSON_Delete(c);
+    rewrite_weights("gemma3-small", dir, "model.", LMX_DT_F32, 1, 0);
+    lmx_error err = {0};
+    lmx_model *m = lmx_load(dir, NULL, &err);
+    refs r = {0};
+    CHECK(m && lmx_st_open_file(LMX_TEST_DATA "/gemma3-small/refs.safetensors", &r.st, &err) == LMX_OK,
+          "%s", err.message);
+    for (int k = 0; m && r.st && ref(&r, k, "ids"); k++) {
+        const lmx_st_tensor *ids = ref(&r, k, "ids");
+        const float *want = ref(&r, k, "logits")->data;
+        int L = (int)ids->shape[0], V = lmx_model_vocab_size(m);
+        float *ours = malloc((size_t)L * V * sizeof(float)), *capped = malloc((size_t)V * sizeof(float));
+        lmx_context *ctx = lmx_context_new(m, L, &err);
+        CHECK(ctx && lmx_context_eval(ctx, ids->data, L, ours, 1, &err) == LMX_OK, "%s", err.message);
+        for (int p = 0; p < L; p++) {
+            for (int v = 0; v < V; v++)
+                capped[v] = 2.0f * tanhf(want[(size_t)p * V + v] / 2.0f);
+            check_full_row("gemma3-small softcap 2", p, ours + (size_t)p * V, capped, V);
+        }
+        lmx_context_free(ctx);
+        free(ours);
+        free(capped);
+    }
+    lmx_st_close(r.st);
+    lmx_close(m);
+}
+
+/* `lmx logits` writes the same rows, whole-prompt, token by token and in chunks. */
+static void check_cli_logits(void)
+{
+    lmx_st_set *rs = NULL, *out = NULL;
+    lmx_error err = {0};
+    CHECK(lmx_st_open_file(LMX_TEST_DATA "/qwen3-small/refs.safetensors", &rs, &err) == LMX_OK, "%s", err.message);
+    if (!rs)
+        return;
+    const lmx_st_tensor *ids = lmx_st_find(rs, "p1.ids"), *want = lmx_st_find(rs, "p1.logits");
+    char list[4096] = "", path[600], cmd[8192];
+    for (int i = 0; i < ids->shape[0]; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), i ? ",%d" : "%d", ((const int32_t *)ids->data)[i]);
+    const char *modes[] = {"", "--decode", "--chunk 5"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(path, sizeof path, "%s/cli-%d.safetensors", test_tmpdir(), k);
+        snprintf(cmd, sizeof cmd, "%s logits %s/qwen3-small --ids %s --out %s %s", LMX_BIN, LMX_TEST_DATA, list,
+                 path, modes[k]);
+        CHECK(test_run(cmd, NULL) == 0, "%s", cmd);
+        CHECK(lmx_st_open_file(path, &out, &err) == LMX_OK, "%s", err.message);
+        const lmx_st_tensor *l = out ? lmx_st_find(out, "logits") : NULL;
+        CHECK(l && l->dtype == LMX_DT_F32 && l->ndim == 2 && l->shape[0] == ids->shape[0] &&
+                  l->shape[1] == want->shape[1], "lmx logits %s: one F32 tensor [L, V]", modes[k]);
+        for (int p = 0; l && p < l->shape[0]; p++)
+            check_full_row(modes[k], p, (const float *)l->data + p * l->shape[1],
+                           (const float *)want->data + p * want->shape[1], (int)want->shape[1]);
+        lmx_st_close(out);
+        out = NULL;
+    }
+    lmx_st_close(rs);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1) {
@@ -345,5 +411,7 @@ int main(int argc, char **argv)
     check_model("qwen3-tiny");
     check_model("gemma3-tiny");
     check_variants();
+    check_final_softcap();
+    check_cli_logits();
     return test_finish();
 }
