@@ -79,7 +79,7 @@ lmx_status lmx_context_truncate(lmx_context *c, int n, lmx_error *err);
 lmx_status lmx_context_eval(lmx_context *c, const int32_t *ids, int n, float *logits,
                             int all_positions, lmx_error *err);
 
-/* ---- chat ----------------------------------------------------------------- */
+/* ---- text generation ------------------------------------------------------ */
 
 /* One chat message. role: "system", "user" or "assistant" (others are an
  * error); content: UTF-8 text. Both borrowed from the caller. */
@@ -87,6 +87,111 @@ typedef struct lmx_message {
     const char *role;
     const char *content;
 } lmx_message;
+
+typedef struct lmx_gen_config {
+    int max_tokens;           /* tokens to generate at most; 0 = until EOS or a full context */
+    float temperature;        /* 0 = greedy */
+    int top_k;                /* 0 = off */
+    float top_p;              /* 1 = off; in (0, 1] */
+    float min_p;              /* 0 = off; in [0, 1] */
+    float repetition_penalty; /* 1 = off; > 0 */
+    uint64_t seed;            /* same seed, same tokens */
+    const int32_t *stop_tokens; /* borrowed; generation stops before emitting any of them */
+    int n_stop_tokens;
+    const char *const *stop_strings; /* borrowed; nothing from a stop string on is emitted */
+    int n_stop_strings;
+    int ignore_eos;           /* keep going past EOS tokens */
+    int enable_thinking;      /* chat, Qwen3: 0 renders the empty think block */
+    int add_special;          /* generate(): add the tokenizer's special tokens (Gemma's <bos>) */
+    int n_ctx;                /* context for the stream; 0 = the model's load option */
+    double timeout_s;         /* 0 = none; else the stream ends "cancelled" after this long */
+} lmx_gen_config;
+
+/* Defaults: sampling parameters from generation_config.json (greedy where
+ * it does not sample), max_tokens 0, seed 0, enable_thinking 1,
+ * add_special 1. */
+lmx_gen_config lmx_gen_defaults(const lmx_model *m);
+
+typedef enum lmx_stop_reason {
+    LMX_STOP_NONE = 0,      /* still running */
+    LMX_STOP_EOS,           /* an end-of-sequence token */
+    LMX_STOP_TOKEN,         /* one of cfg.stop_tokens */
+    LMX_STOP_STRING,        /* one of cfg.stop_strings */
+    LMX_STOP_MAX_TOKENS,
+    LMX_STOP_CONTEXT_FULL,
+    LMX_STOP_CANCELLED,     /* lmx_stream_cancel or the timeout */
+    LMX_STOP_ERROR          /* see lmx_stream_error */
+} lmx_stop_reason;
+
+const char *lmx_stop_reason_name(lmx_stop_reason r); /* "eos", "stop_token", ... */
+
+typedef struct lmx_token {
+    int32_t id;
+    const char *text; /* text now complete, "" while held back; valid until the next call */
+    size_t len;
+} lmx_token;
+
+typedef struct lmx_stats {
+    int prompt_tokens;      /* tokens in the prompt */
+    int cached_tokens;      /* of those, reused from a session's cache */
+    int generated_tokens;
+    double ttft_s;          /* stream start to the first token */
+    double prefill_tok_s;   /* prompt tokens evaluated per second */
+    double decode_tok_s;    /* generated tokens per second after the first */
+    double peak_rss_mb;     /* process peak resident memory */
+} lmx_stats;
+
+typedef struct lmx_stream lmx_stream;
+
+/* Start a stream. They never return NULL unless memory is exhausted: an
+ * invalid argument gives a stream that ends at once with LMX_STOP_ERROR and
+ * a message. The prompt is prefilled on the first lmx_stream_next. */
+lmx_stream *lmx_generate(lmx_model *m, const char *prompt, const lmx_gen_config *cfg);
+lmx_stream *lmx_generate_ids(lmx_model *m, const int32_t *ids, int n, const lmx_gen_config *cfg);
+lmx_stream *lmx_chat(lmx_model *m, const lmx_message *msgs, int n, const lmx_gen_config *cfg);
+
+/* Pull the next token; returns 1 with *t filled, or 0 when the stream has
+ * ended (see lmx_stream_stop_reason). */
+int lmx_stream_next(lmx_stream *s, lmx_token *t);
+/* Callback form: calls on_token for every token until the stream ends or the
+ * callback returns non-zero (which cancels it). Returns the stop reason. */
+lmx_stop_reason lmx_stream_run(lmx_stream *s, int (*on_token)(void *user, const lmx_token *t),
+                               void *user);
+/* Ask the stream to stop; safe from another thread or a signal handler.
+ * Checked between tokens and between prefill chunks. */
+void lmx_stream_cancel(lmx_stream *s);
+lmx_stop_reason lmx_stream_stop_reason(const lmx_stream *s);
+/* NULL unless the stream ended with LMX_STOP_ERROR. */
+const char *lmx_stream_error(const lmx_stream *s);
+lmx_status lmx_stream_status(const lmx_stream *s);
+void lmx_stream_stats(const lmx_stream *s, lmx_stats *out);
+void lmx_stream_close(lmx_stream *s);
+
+/* ---- sessions: multi-turn chat that keeps its KV cache ------------------- */
+
+/* A session reuses its cache across calls: each call prefills only the
+ * tokens after the longest prefix it shares with what the cache holds, and
+ * gives exactly what the same call would give from scratch. One stream at
+ * a time per session; the stream must be closed before the next call. */
+typedef struct lmx_session lmx_session;
+
+lmx_session *lmx_session_new(lmx_model *m, int n_ctx, lmx_error *err);
+void lmx_session_free(lmx_session *s);
+lmx_stream *lmx_session_chat(lmx_session *s, const lmx_message *msgs, int n, const lmx_gen_config *cfg);
+lmx_stream *lmx_session_generate_ids(lmx_session *s, const int32_t *ids, int n,
+                                     const lmx_gen_config *cfg);
+
+/* ---- tokenizer access ----------------------------------------------------- */
+
+/* Encodes text with the model's tokenizer (special-token strings matched,
+ * special tokens added as the tokenizer does when add_special != 0).
+ * *ids is malloc'd (caller frees). */
+lmx_status lmx_tokenize(const lmx_model *m, const char *text, int add_special, int32_t **ids, int *n,
+                        lmx_error *err);
+/* Renders a chat as the checkpoint's template does (malloc'd, caller frees). */
+lmx_status lmx_chat_template(const lmx_model *m, const lmx_message *msgs, int n,
+                             int add_generation_prompt, int enable_thinking, char **text,
+                             lmx_error *err);
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,7 @@
 
 #include "backend_cpu.h"
 #include "error.h"
+#include "fileutil.h"
 
 /* Weight names ------------------------------------------------------------ */
 
@@ -166,6 +167,17 @@ lmx_load_options lmx_load_defaults(void)
     return (lmx_load_options){.n_threads = 0, .n_ctx = 0};
 }
 
+/* The tokenizer is optional: logits need none, text generation does. */
+static lmx_status load_tokenizer(lmx_model *m, const char *dir, lmx_error *err)
+{
+    char *path = lmx_path_join(dir, "tokenizer.json");
+    if (!path)
+        return lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
+    int present = lmx_file_exists(path);
+    free(path);
+    return present ? lmx_tokenizer_load(dir, &m->tok, err) : LMX_OK;
+}
+
 lmx_model *lmx_load(const char *dir, const lmx_load_options *opts, lmx_error *err)
 {
     if (!dir) {
@@ -190,7 +202,7 @@ lmx_model *lmx_load(const char *dir, const lmx_load_options *opts, lmx_error *er
         o.n_ctx = m->cfg.max_position < 4096 ? m->cfg.max_position : 4096;
     m->opts = o;
     if (lmx_st_open_dir(dir, &m->st, err) || !(m->be = lmx_backend_cpu_new(o.n_threads, err)) ||
-        bind_weights(m, err)) {
+        bind_weights(m, err) || load_tokenizer(m, dir, err)) {
         lmx_close(m);
         return NULL;
     }
@@ -205,6 +217,7 @@ void lmx_close(lmx_model *m)
         free_weights(m);
         m->be->ops->destroy(m->be);
     }
+    lmx_tokenizer_free(m->tok);
     lmx_st_close(m->st);
     lmx_config_free(&m->cfg);
     free(m);

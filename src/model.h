@@ -7,6 +7,7 @@
 #include "config.h"
 #include "lmx.h"
 #include "safetensors.h"
+#include "tokenizer.h"
 
 typedef struct lmx_layer_weights {
     lmx_tensor *attn_norm, *wq, *wk, *wv, *wo, *q_norm, *k_norm;
@@ -19,6 +20,7 @@ struct lmx_model {
     lmx_config cfg;
     lmx_load_options opts;
     lmx_st_set *st;          /* the mapped checkpoint */
+    lmx_tokenizer *tok;      /* NULL when the directory has no tokenizer.json */
     lmx_backend *be;
     lmx_tensor *embed, *final_norm, *lm_head; /* lm_head == embed when tied */
     lmx_layer_weights *layers;

@@ -17,6 +17,19 @@ int args_int(const char *s, long lo, long hi, const char *what, long *out)
     return 0;
 }
 
+int args_float(const char *s, double lo, double hi, const char *what, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "lmx: %s must be a number in [%g, %g], got '%s'\n", what, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 int args_ids(const char *s, int32_t **ids, size_t *n)
 {
     size_t cap = 16, k = 0;

@@ -8,6 +8,8 @@
 /* Parses a decimal integer in [lo, hi]; prints an error naming `what` and
  * returns -1 when s is not one. */
 int args_int(const char *s, long lo, long hi, const char *what, long *out);
+/* Parses a finite number in [lo, hi]; like args_int otherwise. */
+int args_float(const char *s, double lo, double hi, const char *what, double *out);
 /* Parses "1,2,3" into a malloc'd array (caller frees); -1 with a message
  * on malformed input. */
 int args_ids(const char *s, int32_t **ids, size_t *n);

@@ -4,11 +4,14 @@
 #ifndef LMX_COMMANDS_H
 #define LMX_COMMANDS_H
 
+int cmd_chat(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
+int cmd_template(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 
 #endif

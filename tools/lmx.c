@@ -9,11 +9,14 @@ static const struct {
     int (*run)(int argc, char **argv);
     const char *help;
 } commands[] = {
+    {"chat", cmd_chat, "chat DIR [options]            interactive chat"},
     {"info", cmd_info, "info DIR                      describe a checkpoint"},
     {"logits", cmd_logits, "logits DIR --ids 1,2,3 --out F.safetensors [--decode] [--chunk N]"},
+    {"run", cmd_run, "run DIR -p TEXT [--chat] [--json] [-n N] [--temp F] ...   generate text"},
     {"synth", cmd_synth, "synth --like NAME DIR [--dtype bf16|f16|f32] [--layers N] [--seed S]"},
     {"tokenize", cmd_tokenize, "tokenize DIR [--no-special] [--plain-special] [--jsonl]  text -> ids"},
     {"detokenize", cmd_detokenize, "detokenize DIR [--skip-special] [--jsonl]  ids -> text"},
+    {"template", cmd_template, "template DIR --messages F.json [--no-generation-prompt] [--no-thinking]"},
     {"version", cmd_version, "version                       print the version"},
 };
 
