@@ -3,28 +3,38 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include "cpu_kernels.h"
+#include "cpu_matmul.h"
 #include "error.h"
+#include "quant.h"
 #include "threadpool.h"
 
 struct lmx_tensor {
     int rows, cols;
-    lmx_dtype dtype;
+    lmx_dtype dtype;  /* float32 for activations; the stored dtype for weights */
     void *data;
-    int owned; /* data malloc'd here (activations), not a view of the mapping */
+    int owned;        /* data malloc'd here (activations), not a view of the mapping */
+    lmx_cpu_weight w; /* weights: what the kernels read (maybe quantized) */
+    void *qbuf;       /* quantized weights: the one allocation behind w */
 };
 
 typedef struct cpu_backend {
     lmx_backend base;
     lmx_pool *pool;
+    const lmx_cpu_kernels *k;
+    lmx_cpu_mm *mm;
+    int quant; /* 0, 8 or 4 */
 } cpu_backend;
 
-static lmx_pool *pool_of(lmx_backend *be) { return ((cpu_backend *)be)->pool; }
+static cpu_backend *cpu(lmx_backend *be) { return (cpu_backend *)be; }
+static lmx_pool *pool_of(lmx_backend *be) { return cpu(be)->pool; }
 
 static float *f32(const lmx_tensor *t) { return (float *)t->data; }
 
-/* Element access for weights in their stored dtype ------------------------ */
-
+/* Element access for norm weights in their stored dtype. */
 static float elem(const lmx_tensor *w, size_t i)
 {
     switch (w->dtype) {
@@ -34,49 +44,53 @@ static float elem(const lmx_tensor *w, size_t i)
     }
 }
 
-/* Eight independent partial sums let the compiler vectorise the loop. */
-static float dot_f32(const float *a, const float *b, int n)
-{
-    float acc[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++)
-            acc[k] += a[i + k] * b[i + k];
-    float s = 0;
-    for (; i < n; i++)
-        s += a[i] * b[i];
-    for (int k = 0; k < 8; k++)
-        s += acc[k];
-    return s;
-}
-
-static float dot_bf16(const float *a, const uint16_t *b, int n)
-{
-    float acc[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++)
-            acc[k] += a[i + k] * lmx_bf16_to_f32(b[i + k]);
-    float s = 0;
-    for (; i < n; i++)
-        s += a[i] * lmx_bf16_to_f32(b[i]);
-    for (int k = 0; k < 8; k++)
-        s += acc[k];
-    return s;
-}
-
 /* Tensors ----------------------------------------------------------------- */
+
+typedef struct quant_job {
+    const lmx_cpu_weight *src, *dst;
+    int rows_per_task;
+} quant_job;
+
+static void quant_task(void *ctx, int task, int worker)
+{
+    const quant_job *j = ctx;
+    int r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
+    lmx_quant_rows(j->src, j->dst, r0, r1 < j->src->rows ? r1 : j->src->rows);
+}
+
+/* Replaces w->w by a quantized copy; the source pages are dropped from
+ * this process's resident set (they stay in the page cache). */
+static int quantize(cpu_backend *b, lmx_tensor *w)
+{
+    int K = w->cols, G = lmx_quant_group(K), bits = b->quant;
+    if (!G || w->rows < 2)
+        return 0; /* stays as stored */
+    size_t qbytes = (size_t)w->rows * lmx_quant_row_bytes(K, bits);
+    size_t ng = (size_t)w->rows * (size_t)(K / G);
+    uint8_t *buf = malloc(qbytes + 2 * ng * sizeof(uint16_t));
+    if (!buf)
+        return -1;
+    lmx_cpu_weight q = {bits == 8 ? LMX_WK_Q8 : LMX_WK_Q4, w->rows, K, buf,
+                        (const uint16_t *)(buf + qbytes), (const uint16_t *)(buf + qbytes) + ng, G};
+    quant_job j = {&w->w, &q, 64};
+    lmx_pool_run(b->pool, (w->rows + 63) / 64, quant_task, &j);
+    long page = sysconf(_SC_PAGESIZE);
+    if (page > 0) {
+        uintptr_t a = ((uintptr_t)w->data + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+        uintptr_t e = ((uintptr_t)w->data + (size_t)w->rows * K * lmx_dtype_size(w->dtype)) & ~((uintptr_t)page - 1);
+        if (e > a)
+            madvise((void *)a, e - a, MADV_DONTNEED);
+    }
+    w->w = q;
+    w->qbuf = buf;
+    return 0;
+}
 
 static lmx_tensor *cpu_weight(lmx_backend *be, const lmx_st_tensor *t, lmx_error *err)
 {
     if (t->dtype != LMX_DT_F32 && t->dtype != LMX_DT_BF16 && t->dtype != LMX_DT_F16) {
         lmx_fail(err, LMX_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; weights must be F32, F16 or BF16",
                  t->file, t->name, lmx_dtype_name(t->dtype));
-        return NULL;
-    }
-    if ((uintptr_t)t->data % lmx_dtype_size(t->dtype)) {
-        lmx_fail(err, LMX_ERR_UNSUPPORTED, "%s: tensor '%s' is not aligned to its %zu-byte elements",
-                 t->file, t->name, lmx_dtype_size(t->dtype));
         return NULL;
     }
     int64_t rows = t->ndim >= 2 ? t->shape[0] : 1, cols = 1;
@@ -91,7 +105,15 @@ static lmx_tensor *cpu_weight(lmx_backend *be, const lmx_st_tensor *t, lmx_error
         lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    *w = (lmx_tensor){(int)rows, (int)cols, t->dtype, (void *)t->data, 0};
+    *w = (lmx_tensor){(int)rows, (int)cols, t->dtype, (void *)t->data, 0, {0}, NULL};
+    lmx_wkind kind = t->dtype == LMX_DT_BF16 ? LMX_WK_BF16 : t->dtype == LMX_DT_F16 ? LMX_WK_F16 : LMX_WK_F32;
+    w->w = (lmx_cpu_weight){kind, (int)rows, (int)cols, t->data, NULL, NULL, 0};
+    cpu_backend *b = cpu(be);
+    if (lmx_cpu_mm_reserve(b->mm, (int)cols) || (b->quant && t->ndim >= 2 && quantize(b, w))) {
+        free(w);
+        lmx_fail(err, LMX_ERR_NOMEM, "%s: out of memory for tensor '%s'", t->file, t->name);
+        return NULL;
+    }
     return w;
 }
 
@@ -105,7 +127,7 @@ static lmx_tensor *cpu_alloc(lmx_backend *be, int rows, int cols, lmx_error *err
         lmx_fail(err, LMX_ERR_NOMEM, "cannot allocate a %d x %d activation tensor", rows, cols);
         return NULL;
     }
-    *t = (lmx_tensor){rows, cols, LMX_DT_F32, d, 1};
+    *t = (lmx_tensor){rows, cols, LMX_DT_F32, d, 1, {0}, NULL};
     return t;
 }
 
@@ -115,6 +137,7 @@ static void cpu_free(lmx_backend *be, lmx_tensor *t)
         return;
     if (t->owned)
         free(t->data);
+    free(t->qbuf);
     free(t);
 }
 
@@ -123,11 +146,11 @@ static void cpu_free(lmx_backend *be, lmx_tensor *t)
 static void cpu_embed(lmx_backend *be, lmx_tensor *out, const lmx_tensor *table, const int32_t *ids,
                       int n_rows, float scale)
 {
+    const lmx_cpu_kernels *k = cpu(be)->k;
     for (int i = 0; i < n_rows; i++) {
         float *dst = f32(out) + (size_t)i * out->cols;
-        size_t base = (size_t)ids[i] * table->cols;
-        for (int j = 0; j < out->cols; j++)
-            dst[j] = elem(table, base + j) * scale;
+        k->decode(&table->w, ids[i], dst);
+        k->scale(dst, scale, out->cols);
     }
 }
 
@@ -136,6 +159,9 @@ static void cpu_rmsnorm(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, c
 {
     int dim = w->cols;
     size_t n_vec = (size_t)n_rows * (size_t)x->cols / (size_t)dim;
+    float wf[dim];
+    for (int j = 0; j < dim; j++)
+        wf[j] = plus_one ? 1.0f + elem(w, (size_t)j) : elem(w, (size_t)j);
     for (size_t v = 0; v < n_vec; v++) {
         const float *src = f32(x) + v * dim;
         float *dst = f32(out) + v * dim;
@@ -144,57 +170,14 @@ static void cpu_rmsnorm(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, c
             ss += (double)src[j] * src[j];
         float r = 1.0f / sqrtf((float)(ss / dim) + eps);
         for (int j = 0; j < dim; j++)
-            dst[j] = src[j] * r * (plus_one ? 1.0f + elem(w, (size_t)j) : elem(w, (size_t)j));
-    }
-}
-
-typedef struct matmul_job {
-    float *out;
-    const float *x;
-    const lmx_tensor *w;
-    int n_rows;
-} matmul_job;
-
-enum { MATMUL_BLOCK = 16, MATMUL_TILE = 512 };
-
-/* One task: MATMUL_BLOCK rows of w against every row of x. Weights stored
- * as 16-bit floats are widened a tile at a time into a stack buffer, so each
- * is converted once however many rows x has. */
-static void matmul_task(void *ctx, int task)
-{
-    const matmul_job *j = ctx;
-    const lmx_tensor *w = j->w;
-    int K = w->cols, N = w->rows;
-    int r0 = task * MATMUL_BLOCK, r1 = r0 + MATMUL_BLOCK < N ? r0 + MATMUL_BLOCK : N;
-    float buf[MATMUL_TILE];
-    for (int r = r0; r < r1; r++) {
-        if (w->dtype == LMX_DT_BF16 && j->n_rows == 1) {
-            j->out[r] = dot_bf16(j->x, (const uint16_t *)w->data + (size_t)r * K, K);
-            continue;
-        }
-        if (w->dtype == LMX_DT_F32) {
-            const float *wr = (const float *)w->data + (size_t)r * K;
-            for (int i = 0; i < j->n_rows; i++)
-                j->out[(size_t)i * N + r] = dot_f32(j->x + (size_t)i * K, wr, K);
-            continue;
-        }
-        for (int i = 0; i < j->n_rows; i++)
-            j->out[(size_t)i * N + r] = 0;
-        for (int k0 = 0; k0 < K; k0 += MATMUL_TILE) {
-            int len = K - k0 < MATMUL_TILE ? K - k0 : MATMUL_TILE;
-            for (int k = 0; k < len; k++)
-                buf[k] = elem(w, (size_t)r * K + k0 + k);
-            for (int i = 0; i < j->n_rows; i++)
-                j->out[(size_t)i * N + r] += dot_f32(j->x + (size_t)i * K + k0, buf, len);
-        }
+            dst[j] = src[j] * r * wf[j];
     }
 }
 
 static void cpu_matmul(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, const lmx_tensor *w,
                        int n_rows)
 {
-    matmul_job j = {f32(out), f32(x), w, n_rows};
-    lmx_pool_run(pool_of(be), (w->rows + MATMUL_BLOCK - 1) / MATMUL_BLOCK, matmul_task, &j);
+    lmx_cpu_mm_run(cpu(be)->mm, f32(out), f32(x), n_rows, &w->w);
 }
 
 /* The inverse frequencies as transformers computes them, in float32:
@@ -244,17 +227,22 @@ static void cpu_kv_write(lmx_backend *be, lmx_tensor *kc, lmx_tensor *vc, const 
 }
 
 typedef struct attn_job {
+    const lmx_cpu_kernels *k;
     float *out;
     const float *q, *kc, *vc;
     int cap;
     const lmx_attn_params *p;
 } attn_job;
 
-/* One (query row, head): a single pass with an online softmax, so memory
- * stays constant whatever the context length. */
-static void attn_task(void *ctx, int task)
+enum { ATTN_BLOCK = 64 };
+
+/* One (query row, head): keys in blocks of ATTN_BLOCK, scored together,
+ * then one online-softmax rescale per block; memory stays constant
+ * whatever the context length. */
+static void attn_task(void *ctx, int task, int worker)
 {
     const attn_job *j = ctx;
+    const lmx_cpu_kernels *kern = j->k;
     const lmx_attn_params *p = j->p;
     int i = task / p->n_heads, h = task % p->n_heads, hd = p->head_dim;
     int kvh = h / (p->n_heads / p->n_kv_heads);
@@ -262,27 +250,32 @@ static void attn_task(void *ctx, int task)
     int lo = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0;
     const float *q = j->q + (size_t)i * p->n_heads * hd + (size_t)h * hd;
     size_t kv_stride = (size_t)p->n_kv_heads * hd;
-    float acc[hd];
+    float acc[hd], sc[ATTN_BLOCK];
     memset(acc, 0, sizeof acc);
     float m = -INFINITY, l = 0;
-    for (int t = lo; t <= pos; t++) {
-        size_t slot = (size_t)(t % j->cap);
-        const float *k = j->kc + slot * kv_stride + (size_t)kvh * hd;
-        const float *v = j->vc + slot * kv_stride + (size_t)kvh * hd;
-        float sc = dot_f32(q, k, hd) * p->scale;
-        if (p->softcap > 0)
-            sc = p->softcap * tanhf(sc / p->softcap);
-        if (sc > m) {
-            float r = expf(m - sc);
-            l *= r;
-            for (int d = 0; d < hd; d++)
-                acc[d] *= r;
-            m = sc;
+    for (int t0 = lo; t0 <= pos; t0 += ATTN_BLOCK) {
+        int nb = pos + 1 - t0 < ATTN_BLOCK ? pos + 1 - t0 : ATTN_BLOCK;
+        float bm = -INFINITY;
+        for (int b = 0; b < nb; b++) {
+            size_t slot = (size_t)((t0 + b) % j->cap);
+            float s = kern->dot(q, j->kc + slot * kv_stride + (size_t)kvh * hd, hd) * p->scale;
+            if (p->softcap > 0)
+                s = p->softcap * tanhf(s / p->softcap);
+            sc[b] = s;
+            bm = s > bm ? s : bm;
         }
-        float e = expf(sc - m);
-        l += e;
-        for (int d = 0; d < hd; d++)
-            acc[d] += e * v[d];
+        if (bm > m) {
+            float r = expf(m - bm);
+            l *= r;
+            kern->scale(acc, r, hd);
+            m = bm;
+        }
+        for (int b = 0; b < nb; b++) {
+            size_t slot = (size_t)((t0 + b) % j->cap);
+            float e = expf(sc[b] - m);
+            l += e;
+            kern->axpy(acc, e, j->vc + slot * kv_stride + (size_t)kvh * hd, hd);
+        }
     }
     float *o = j->out + (size_t)i * p->n_heads * hd + (size_t)h * hd;
     for (int d = 0; d < hd; d++)
@@ -292,23 +285,37 @@ static void attn_task(void *ctx, int task)
 static void cpu_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const lmx_tensor *kc,
                           const lmx_tensor *vc, const lmx_attn_params *p)
 {
-    attn_job j = {f32(out), f32(q), f32(kc), f32(vc), kc->rows, p};
+    attn_job j = {cpu(be)->k, f32(out), f32(q), f32(kc), f32(vc), kc->rows, p};
     lmx_pool_run(pool_of(be), p->n_rows * p->n_heads, attn_task, &j);
+}
+
+typedef struct act_job {
+    float *g;
+    const float *u;
+    size_t n;
+    lmx_activation act;
+} act_job;
+
+enum { ACT_CHUNK = 4096 };
+
+static void act_task(void *ctx, int task, int worker)
+{
+    const act_job *j = ctx;
+    size_t i0 = (size_t)task * ACT_CHUNK, i1 = i0 + ACT_CHUNK < j->n ? i0 + ACT_CHUNK : j->n;
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (size_t i = i0; i < i1; i++) {
+        float x = j->g[i];
+        float a = j->act == LMX_ACT_SILU ? x / (1.0f + expf(-x))
+                                         : 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+        j->g[i] = a * j->u[i];
+    }
 }
 
 static void cpu_gated_act(lmx_backend *be, lmx_tensor *gate, const lmx_tensor *up, int n_rows,
                           lmx_activation act)
 {
-    size_t n = (size_t)n_rows * gate->cols;
-    float *g = f32(gate);
-    const float *u = f32(up);
-    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-    for (size_t i = 0; i < n; i++) {
-        float x = g[i];
-        float a = act == LMX_ACT_SILU ? x / (1.0f + expf(-x))
-                                      : 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-        g[i] = a * u[i];
-    }
+    act_job j = {f32(gate), f32(up), (size_t)n_rows * gate->cols, act};
+    lmx_pool_run(pool_of(be), (int)((j.n + ACT_CHUNK - 1) / ACT_CHUNK), act_task, &j);
 }
 
 static void cpu_add(lmx_backend *be, lmx_tensor *x, const lmx_tensor *y, int n_rows)
@@ -341,6 +348,7 @@ static void cpu_destroy(lmx_backend *be)
 {
     if (!be)
         return;
+    lmx_cpu_mm_free(cpu(be)->mm);
     lmx_pool_free(pool_of(be));
     free(be);
 }
@@ -364,8 +372,15 @@ static const lmx_backend_ops cpu_ops = {
     .read = cpu_read,
 };
 
-lmx_backend *lmx_backend_cpu_new(int n_threads, lmx_error *err)
+lmx_backend *lmx_backend_cpu_new(int n_threads, int quant, lmx_error *err)
 {
+    lmx_cpu_path path;
+    if (quant != 0 && quant != 8 && quant != 4) {
+        lmx_fail(err, LMX_ERR_ARG, "lmx_load: quant = %d; want 0 (none), 8 or 4", quant);
+        return NULL;
+    }
+    if (lmx_cpu_path_select(&path, err))
+        return NULL;
     cpu_backend *b = calloc(1, sizeof *b);
     if (!b || !(b->pool = lmx_pool_new(n_threads))) {
         free(b);
@@ -373,5 +388,32 @@ lmx_backend *lmx_backend_cpu_new(int n_threads, lmx_error *err)
         return NULL;
     }
     b->base.ops = &cpu_ops;
+    b->k = lmx_cpu_kernels_for(path);
+    b->quant = quant;
+    if (!(b->mm = lmx_cpu_mm_new(b->k, b->pool))) {
+        cpu_destroy(&b->base);
+        lmx_fail(err, LMX_ERR_NOMEM, "cannot allocate the CPU backend's scratch");
+        return NULL;
+    }
     return &b->base;
 }
+
+size_t lmx_backend_cpu_bytes(const lmx_tensor *t)
+{
+    const lmx_cpu_weight *w = &t->w;
+    size_t n = (size_t)w->rows * (size_t)w->cols;
+    switch (w->kind) {
+    case LMX_WK_Q8:
+    case LMX_WK_Q4:
+        return n * (w->kind == LMX_WK_Q8 ? 8 : 4) / 8 + 2 * (n / (size_t)w->group) * sizeof(uint16_t);
+    case LMX_WK_F32: return n * 4;
+    default: return n * 2;
+    }
+}
+
+const char *lmx_backend_cpu_path(const lmx_backend *be)
+{
+    return lmx_cpu_path_name(((const cpu_backend *)be)->k->path);
+}
+
+int lmx_backend_cpu_threads(const lmx_backend *be) { return lmx_pool_threads(((const cpu_backend *)be)->pool); }

@@ -164,7 +164,7 @@ static void free_weights(lmx_model *m)
 
 lmx_load_options lmx_load_defaults(void)
 {
-    return (lmx_load_options){.n_threads = 0, .n_ctx = 0};
+    return (lmx_load_options){.n_threads = 0, .n_ctx = 0, .quant = 0};
 }
 
 /* The tokenizer is optional: logits need none, text generation does. */
@@ -201,7 +201,7 @@ lmx_model *lmx_load(const char *dir, const lmx_load_options *opts, lmx_error *er
     if (o.n_ctx == 0)
         o.n_ctx = m->cfg.max_position < 4096 ? m->cfg.max_position : 4096;
     m->opts = o;
-    if (lmx_st_open_dir(dir, &m->st, err) || !(m->be = lmx_backend_cpu_new(o.n_threads, err)) ||
+    if (lmx_st_open_dir(dir, &m->st, err) || !(m->be = lmx_backend_cpu_new(o.n_threads, o.quant, err)) ||
         bind_weights(m, err) || load_tokenizer(m, dir, err)) {
         lmx_close(m);
         return NULL;

@@ -4,6 +4,7 @@
 #ifndef LMX_COMMANDS_H
 #define LMX_COMMANDS_H
 
+int cmd_bench(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_logits(int argc, char **argv);

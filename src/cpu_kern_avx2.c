@@ -1,0 +1,256 @@
+/* The AVX2 path (with FMA and F16C): 8 floats a vector. */
+#include "cpu_kernels.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "dtype.h"
+
+#ifdef __clang__
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+#include "cpu_generic.h"
+
+static inline float hsum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline __m256 ld_bf16(const uint16_t *p)
+{
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const void *)p)), 16));
+}
+static inline __m256 ld_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const void *)p)); }
+static inline __m256 ld_f32(const float *p) { return _mm256_loadu_ps(p); }
+static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+static inline float el_bf16(const uint16_t *p) { return lmx_bf16_to_f32(*p); }
+static inline float el_f16(const uint16_t *p) { return h2f(*p); }
+static inline float el_f32(const float *p) { return *p; }
+
+#define MATVEC_FLOAT(NAME, T, LD, EL)                                                              \
+    static void NAME(const T *wd, int K, int r0, int r1, const float *x, int n, float *out, int ldo) \
+    {                                                                                              \
+        for (int r = r0; r < r1; r++) {                                                            \
+            const T *w = wd + (size_t)r * K;                                                       \
+            if (n == 1) {                                                                          \
+                __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                        \
+                int k = 0;                                                                         \
+                for (; k + 32 <= K; k += 32) {                                                     \
+                    a0 = _mm256_fmadd_ps(LD(w + k), _mm256_loadu_ps(x + k), a0);                   \
+                    a1 = _mm256_fmadd_ps(LD(w + k + 8), _mm256_loadu_ps(x + k + 8), a1);           \
+                    a2 = _mm256_fmadd_ps(LD(w + k + 16), _mm256_loadu_ps(x + k + 16), a2);         \
+                    a3 = _mm256_fmadd_ps(LD(w + k + 24), _mm256_loadu_ps(x + k + 24), a3);         \
+                }                                                                                  \
+                for (; k + 8 <= K; k += 8)                                                         \
+                    a0 = _mm256_fmadd_ps(LD(w + k), _mm256_loadu_ps(x + k), a0);                   \
+                float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));       \
+                for (; k < K; k++)                                                                 \
+                    s += EL(w + k) * x[k];                                                         \
+                out[r] = s;                                                                        \
+                continue;                                                                          \
+            }                                                                                      \
+            __m256 acc[4];                                                                         \
+            for (int i = 0; i < 4; i++)                                                            \
+                acc[i] = _mm256_setzero_ps();                                                      \
+            int k = 0;                                                                             \
+            for (; k + 8 <= K; k += 8) {                                                           \
+                __m256 wv = LD(w + k);                                                             \
+                for (int i = 0; i < n; i++)                                                        \
+                    acc[i] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (size_t)i * K + k), acc[i]);  \
+            }                                                                                      \
+            for (int i = 0; i < n; i++) {                                                          \
+                float s = hsum(acc[i]);                                                            \
+                for (int kk = k; kk < K; kk++)                                                     \
+                    s += EL(w + kk) * x[(size_t)i * K + kk];                                       \
+                out[(size_t)i * ldo + r] = s;                                                      \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+MATVEC_FLOAT(mv_bf16, uint16_t, ld_bf16, el_bf16)
+MATVEC_FLOAT(mv_f16, uint16_t, ld_f16, el_f16)
+MATVEC_FLOAT(mv_f32, float, ld_f32, el_f32)
+
+/* Quantized rows: per group, scale * (q . x) + bias * sum(x). */
+static void mv_quant(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x *x, int n, float *out, int ldo)
+{
+    int K = w->cols, G = w->group, ng = K / G, q4 = w->kind == LMX_WK_Q4;
+    size_t row_bytes = (size_t)K / (q4 ? 2 : 1);
+    const __m256i low4 = _mm256_set1_epi32(15);
+    const float *xs = q4 ? x->xq4 : x->x;
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *q = (const uint8_t *)w->data + (size_t)r * row_bytes;
+        const uint16_t *sc = w->scales + (size_t)r * ng, *bi = w->biases + (size_t)r * ng;
+        __m256 acc[4];
+        float bsum[4] = {0};
+        for (int i = 0; i < 4; i++)
+            acc[i] = _mm256_setzero_ps();
+        for (int g = 0; g < ng; g++) {
+            __m256 d[4];
+            for (int i = 0; i < 4; i++)
+                d[i] = _mm256_setzero_ps();
+            int k0 = g * G;
+            if (q4) {
+                const uint8_t *qg = q + (size_t)k0 / 2;
+                for (int c = 0; c < G; c += 16) {
+                    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(qg + c / 2)));
+                    __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, low4));
+                    __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+                    for (int i = 0; i < n; i++) {
+                        const float *xi = xs + (size_t)i * K + k0 + c;
+                        d[i] = _mm256_fmadd_ps(lo, _mm256_loadu_ps(xi), d[i]);
+                        d[i] = _mm256_fmadd_ps(hi, _mm256_loadu_ps(xi + 8), d[i]);
+                    }
+                }
+            } else {
+                const uint8_t *qg = q + k0;
+                for (int c = 0; c < G; c += 8) {
+                    __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(qg + c))));
+                    for (int i = 0; i < n; i++)
+                        d[i] = _mm256_fmadd_ps(v, _mm256_loadu_ps(xs + (size_t)i * K + k0 + c), d[i]);
+                }
+            }
+            __m256 s = _mm256_set1_ps(h2f(sc[g]));
+            float b = h2f(bi[g]);
+            for (int i = 0; i < n; i++) {
+                acc[i] = _mm256_fmadd_ps(s, d[i], acc[i]);
+                bsum[i] += b * x->gsum[(size_t)i * ng + g];
+            }
+        }
+        for (int i = 0; i < n; i++)
+            out[(size_t)i * ldo + r] = hsum(acc[i]) + bsum[i];
+    }
+}
+
+static void matvec_avx2(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x *x, int n, float *out,
+                        int ldo)
+{
+    switch (w->kind) {
+    case LMX_WK_BF16: mv_bf16(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
+    case LMX_WK_F16: mv_f16(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
+    case LMX_WK_F32: mv_f32(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
+    default: mv_quant(w, r0, r1, x, n, out, ldo); break;
+    }
+}
+
+static void decode_avx2(const lmx_cpu_weight *w, int r, float *dst)
+{
+    int K = w->cols, k = 0;
+    const uint16_t *s = (const uint16_t *)w->data + (size_t)r * K;
+    if (w->kind == LMX_WK_BF16) {
+        for (; k + 8 <= K; k += 8)
+            _mm256_storeu_ps(dst + k, ld_bf16(s + k));
+    } else if (w->kind == LMX_WK_F16) {
+        for (; k + 8 <= K; k += 8)
+            _mm256_storeu_ps(dst + k, ld_f16(s + k));
+    } else {
+        gen_decode(w, r, dst);
+        return;
+    }
+    for (; k < K; k++)
+        dst[k] = w->kind == LMX_WK_BF16 ? lmx_bf16_to_f32(s[k]) : h2f(s[k]);
+}
+
+enum { MR = 6, NX = 16 };
+
+static inline void store_col(float *out, int ldo, int r, int i0, int nx, __m256 v)
+{
+    float t[8];
+    _mm256_storeu_ps(t, v);
+    for (int i = 0; i < 8 && i0 + i < nx; i++)
+        out[(size_t)(i0 + i) * ldo + r] = t[i];
+}
+
+/* 6 weight rows x 16 x rows: 12 accumulators of the 16 ymm registers. */
+static void tile_avx2(const float *wt, int mr, int K, const float *xt, int ldx, int nx, float *out, int ldo)
+{
+    const float *w0 = wt, *w1 = wt + K, *w2 = wt + 2 * (size_t)K, *w3 = wt + 3 * (size_t)K;
+    const float *w4 = wt + 4 * (size_t)K, *w5 = wt + 5 * (size_t)K;
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00,
+           c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    for (int k = 0; k < K; k++) {
+        const float *xk = xt + (size_t)k * ldx;
+        __m256 x0 = _mm256_loadu_ps(xk), x1 = _mm256_loadu_ps(xk + 8), b;
+#define ROW2(R)                                                                                    \
+    b = _mm256_broadcast_ss(w##R + k);                                                             \
+    c##R##0 = _mm256_fmadd_ps(b, x0, c##R##0);                                                     \
+    c##R##1 = _mm256_fmadd_ps(b, x1, c##R##1);
+        ROW2(0) ROW2(1) ROW2(2) ROW2(3) ROW2(4) ROW2(5)
+#undef ROW2
+    }
+    __m256 c[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+    for (int r = 0; r < mr; r++) {
+        store_col(out, ldo, r, 0, nx, c[r][0]);
+        if (nx > 8)
+            store_col(out, ldo, r, 8, nx, c[r][1]);
+    }
+}
+
+static float dot_avx2(const float *a, const float *b, int n)
+{
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    float s = hsum(_mm256_add_ps(s0, s1));
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+static void axpy_avx2(float *y, float a, const float *x, int n)
+{
+    __m256 av = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}
+
+static void scale_avx2(float *y, float a, int n)
+{
+    __m256 av = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(av, _mm256_loadu_ps(y + i)));
+    for (; i < n; i++)
+        y[i] *= a;
+}
+
+static const lmx_cpu_kernels avx2 = {
+    .path = LMX_CPU_AVX2,
+    .q4_chunk = 16,
+    .matvec = matvec_avx2,
+    .decode = decode_avx2,
+    .tile_mr = MR,
+    .tile_nx = NX,
+    .tile = tile_avx2,
+    .dot = dot_avx2,
+    .axpy = axpy_avx2,
+    .scale = scale_avx2,
+};
+
+#ifdef __clang__
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+const lmx_cpu_kernels *lmx_cpu_kernels_avx2(void) { return &avx2; }
+
+#else
+const lmx_cpu_kernels *lmx_cpu_kernels_avx2(void) { return NULL; }
+#endif

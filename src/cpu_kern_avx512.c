@@ -1,0 +1,281 @@
+/* The AVX-512 path (F, BW, VL with FMA and F16C): 16 floats a vector. */
+#include "cpu_kernels.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "dtype.h"
+
+#ifdef __clang__
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
+#endif
+
+#include "cpu_generic.h"
+
+static inline __mmask16 tail_mask(int n) { return (__mmask16)((1u << n) - 1u); }
+
+static inline __m512 ld_bf16(const uint16_t *p)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)p)), 16));
+}
+static inline __m512 ld_bf16_tail(const uint16_t *p, int n)
+{
+    __m256i v = _mm256_maskz_loadu_epi16(tail_mask(n), p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+}
+static inline __m512 ld_f16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const void *)p)); }
+static inline __m512 ld_f16_tail(const uint16_t *p, int n)
+{
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(tail_mask(n), p));
+}
+static inline __m512 ld_f32(const float *p) { return _mm512_loadu_ps(p); }
+static inline __m512 ld_f32_tail(const float *p, int n) { return _mm512_maskz_loadu_ps(tail_mask(n), p); }
+
+static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+/* Float weights: one row at a time, the row read once for up to 4 x rows.
+ * With one x row, four accumulators keep four loads in flight. */
+#define MATVEC_FLOAT(NAME, T, LD, LDT)                                                             \
+    static void NAME(const T *wd, int K, int r0, int r1, const float *x, int n, float *out, int ldo) \
+    {                                                                                              \
+        for (int r = r0; r < r1; r++) {                                                            \
+            const T *w = wd + (size_t)r * K;                                                       \
+            if (n == 1) {                                                                          \
+                __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                        \
+                int k = 0;                                                                         \
+                for (; k + 64 <= K; k += 64) {                                                     \
+                    a0 = _mm512_fmadd_ps(LD(w + k), _mm512_loadu_ps(x + k), a0);                  \
+                    a1 = _mm512_fmadd_ps(LD(w + k + 16), _mm512_loadu_ps(x + k + 16), a1);         \
+                    a2 = _mm512_fmadd_ps(LD(w + k + 32), _mm512_loadu_ps(x + k + 32), a2);         \
+                    a3 = _mm512_fmadd_ps(LD(w + k + 48), _mm512_loadu_ps(x + k + 48), a3);         \
+                }                                                                                  \
+                for (; k + 16 <= K; k += 16)                                                       \
+                    a0 = _mm512_fmadd_ps(LD(w + k), _mm512_loadu_ps(x + k), a0);                   \
+                if (k < K)                                                                         \
+                    a1 = _mm512_fmadd_ps(LDT(w + k, K - k), ld_f32_tail(x + k, K - k), a1);        \
+                out[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))); \
+                continue;                                                                          \
+            }                                                                                      \
+            __m512 acc[4];                                                                         \
+            for (int i = 0; i < 4; i++)                                                            \
+                acc[i] = _mm512_setzero_ps();                                                      \
+            int k = 0;                                                                             \
+            for (; k + 16 <= K; k += 16) {                                                         \
+                __m512 wv = LD(w + k);                                                             \
+                for (int i = 0; i < n; i++)                                                        \
+                    acc[i] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + (size_t)i * K + k), acc[i]);  \
+            }                                                                                      \
+            if (k < K) {                                                                           \
+                __m512 wv = LDT(w + k, K - k);                                                     \
+                for (int i = 0; i < n; i++)                                                        \
+                    acc[i] = _mm512_fmadd_ps(wv, ld_f32_tail(x + (size_t)i * K + k, K - k), acc[i]); \
+            }                                                                                      \
+            for (int i = 0; i < n; i++)                                                            \
+                out[(size_t)i * ldo + r] = _mm512_reduce_add_ps(acc[i]);                           \
+        }                                                                                          \
+    }
+
+MATVEC_FLOAT(mv_bf16, uint16_t, ld_bf16, ld_bf16_tail)
+MATVEC_FLOAT(mv_f16, uint16_t, ld_f16, ld_f16_tail)
+MATVEC_FLOAT(mv_f32, float, ld_f32, ld_f32_tail)
+
+/* Quantized rows: per group, scale * (q . x) + bias * sum(x), the sums of x
+ * over each group computed once per call (lmx_cpu_x.gsum). */
+static void mv_quant(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x *x, int n, float *out, int ldo)
+{
+    int K = w->cols, G = w->group, ng = K / G, q4 = w->kind == LMX_WK_Q4;
+    size_t row_bytes = (size_t)K / (q4 ? 2 : 1);
+    const __m512i low4 = _mm512_set1_epi32(15);
+    const float *xs = q4 ? x->xq4 : x->x;
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *q = (const uint8_t *)w->data + (size_t)r * row_bytes;
+        const uint16_t *sc = w->scales + (size_t)r * ng, *bi = w->biases + (size_t)r * ng;
+        __m512 acc[4];
+        float bsum[4] = {0};
+        for (int i = 0; i < 4; i++)
+            acc[i] = _mm512_setzero_ps();
+        for (int g = 0; g < ng; g++) {
+            __m512 d[4];
+            for (int i = 0; i < 4; i++)
+                d[i] = _mm512_setzero_ps();
+            int k0 = g * G;
+            if (q4) {
+                const uint8_t *qg = q + (size_t)k0 / 2;
+                for (int c = 0; c < G; c += 32) {
+                    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(qg + c / 2)));
+                    __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, low4));
+                    __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+                    for (int i = 0; i < n; i++) {
+                        const float *xi = xs + (size_t)i * K + k0 + c;
+                        d[i] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(xi), d[i]);
+                        d[i] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xi + 16), d[i]);
+                    }
+                }
+            } else {
+                const uint8_t *qg = q + k0;
+                for (int c = 0; c < G; c += 16) {
+                    __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(qg + c))));
+                    for (int i = 0; i < n; i++)
+                        d[i] = _mm512_fmadd_ps(v, _mm512_loadu_ps(xs + (size_t)i * K + k0 + c), d[i]);
+                }
+            }
+            __m512 s = _mm512_set1_ps(h2f(sc[g]));
+            float b = h2f(bi[g]);
+            for (int i = 0; i < n; i++) {
+                acc[i] = _mm512_fmadd_ps(s, d[i], acc[i]);
+                bsum[i] += b * x->gsum[(size_t)i * ng + g];
+            }
+        }
+        for (int i = 0; i < n; i++)
+            out[(size_t)i * ldo + r] = _mm512_reduce_add_ps(acc[i]) + bsum[i];
+    }
+}
+
+static void matvec_avx512(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x *x, int n, float *out,
+                          int ldo)
+{
+    switch (w->kind) {
+    case LMX_WK_BF16: mv_bf16(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
+    case LMX_WK_F16: mv_f16(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
+    case LMX_WK_F32: mv_f32(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
+    default: mv_quant(w, r0, r1, x, n, out, ldo); break;
+    }
+}
+
+static void decode_avx512(const lmx_cpu_weight *w, int r, float *dst)
+{
+    int K = w->cols, k = 0;
+    const uint16_t *s = (const uint16_t *)w->data + (size_t)r * K;
+    if (w->kind == LMX_WK_BF16) {
+        for (; k + 16 <= K; k += 16)
+            _mm512_storeu_ps(dst + k, ld_bf16(s + k));
+    } else if (w->kind == LMX_WK_F16) {
+        for (; k + 16 <= K; k += 16)
+            _mm512_storeu_ps(dst + k, ld_f16(s + k));
+    } else {
+        gen_decode(w, r, dst);
+        return;
+    }
+    for (; k < K; k++)
+        dst[k] = w->kind == LMX_WK_BF16 ? lmx_bf16_to_f32(s[k]) : h2f(s[k]);
+}
+
+enum { MR = 8, NX = 32 };
+
+static inline void store_col(float *out, int ldo, int r, int i0, int nx, __m512 v)
+{
+    float t[16];
+    _mm512_storeu_ps(t, v);
+    for (int i = 0; i < 16 && i0 + i < nx; i++)
+        out[(size_t)(i0 + i) * ldo + r] = t[i];
+}
+
+/* 8 weight rows x 32 x rows: 16 accumulators; per k two loads of x and
+ * eight broadcast weights. */
+static void tile_avx512(const float *wt, int mr, int K, const float *xt, int ldx, int nx, float *out, int ldo)
+{
+    const float *w0 = wt, *w1 = wt + K, *w2 = wt + 2 * (size_t)K, *w3 = wt + 3 * (size_t)K;
+    const float *w4 = wt + 4 * (size_t)K, *w5 = wt + 5 * (size_t)K, *w6 = wt + 6 * (size_t)K,
+                *w7 = wt + 7 * (size_t)K;
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00,
+           c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+    if (nx > 16) {
+        for (int k = 0; k < K; k++) {
+            const float *xk = xt + (size_t)k * ldx;
+            __m512 x0 = _mm512_loadu_ps(xk), x1 = _mm512_loadu_ps(xk + 16), b;
+#define ROW2(R)                                                                                    \
+    b = _mm512_set1_ps(w##R[k]);                                                                   \
+    c##R##0 = _mm512_fmadd_ps(b, x0, c##R##0);                                                     \
+    c##R##1 = _mm512_fmadd_ps(b, x1, c##R##1);
+            ROW2(0) ROW2(1) ROW2(2) ROW2(3) ROW2(4) ROW2(5) ROW2(6) ROW2(7)
+#undef ROW2
+        }
+    } else {
+        for (int k = 0; k < K; k++) {
+            __m512 x0 = _mm512_loadu_ps(xt + (size_t)k * ldx);
+            c00 = _mm512_fmadd_ps(_mm512_set1_ps(w0[k]), x0, c00);
+            c10 = _mm512_fmadd_ps(_mm512_set1_ps(w1[k]), x0, c10);
+            c20 = _mm512_fmadd_ps(_mm512_set1_ps(w2[k]), x0, c20);
+            c30 = _mm512_fmadd_ps(_mm512_set1_ps(w3[k]), x0, c30);
+            c40 = _mm512_fmadd_ps(_mm512_set1_ps(w4[k]), x0, c40);
+            c50 = _mm512_fmadd_ps(_mm512_set1_ps(w5[k]), x0, c50);
+            c60 = _mm512_fmadd_ps(_mm512_set1_ps(w6[k]), x0, c60);
+            c70 = _mm512_fmadd_ps(_mm512_set1_ps(w7[k]), x0, c70);
+        }
+    }
+    __m512 c[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31},
+                       {c40, c41}, {c50, c51}, {c60, c61}, {c70, c71}};
+    for (int r = 0; r < mr; r++) {
+        store_col(out, ldo, r, 0, nx, c[r][0]);
+        if (nx > 16)
+            store_col(out, ldo, r, 16, nx, c[r][1]);
+    }
+}
+
+static float dot_avx512(const float *a, const float *b, int n)
+{
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+    }
+    for (; i < n; i += 16) {
+        int m = n - i < 16 ? n - i : 16;
+        s0 = _mm512_fmadd_ps(ld_f32_tail(a + i, m), ld_f32_tail(b + i, m), s0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
+static void axpy_avx512(float *y, float a, const float *x, int n)
+{
+    __m512 av = _mm512_set1_ps(a);
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+    if (i < n) {
+        __mmask16 m = tail_mask(n - i);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+    }
+}
+
+static void scale_avx512(float *y, float a, int n)
+{
+    __m512 av = _mm512_set1_ps(a);
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_mul_ps(av, _mm512_loadu_ps(y + i)));
+    for (; i < n; i++)
+        y[i] *= a;
+}
+
+static const lmx_cpu_kernels avx512 = {
+    .path = LMX_CPU_AVX512,
+    .q4_chunk = 32,
+    .matvec = matvec_avx512,
+    .decode = decode_avx512,
+    .tile_mr = MR,
+    .tile_nx = NX,
+    .tile = tile_avx512,
+    .dot = dot_avx512,
+    .axpy = axpy_avx512,
+    .scale = scale_avx512,
+};
+
+#ifdef __clang__
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+const lmx_cpu_kernels *lmx_cpu_kernels_avx512(void) { return &avx512; }
+
+#else
+const lmx_cpu_kernels *lmx_cpu_kernels_avx512(void) { return NULL; }
+#endif

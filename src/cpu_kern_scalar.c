@@ -1,0 +1,118 @@
+/* The portable path: plain C on any architecture, and the reference the
+ * SIMD paths are tested against. */
+#include <string.h>
+
+#include "cpu_generic.h"
+
+static float dot_scalar(const float *a, const float *b, int n)
+{
+    float acc[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            acc[k] += a[i + k] * b[i + k];
+    float s = 0;
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    for (int k = 0; k < 8; k++)
+        s += acc[k];
+    return s;
+}
+
+static void axpy_scalar(float *y, float a, const float *x, int n)
+{
+    for (int i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
+static void scale_scalar(float *y, float a, int n)
+{
+    for (int i = 0; i < n; i++)
+        y[i] *= a;
+}
+
+enum { CHUNK = 256 };
+
+/* Decodes the weight row a chunk at a time into a stack buffer and dots it
+ * with every x row, so each weight is read once. */
+static void matvec_scalar(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x *x, int n, float *out,
+                          int ldo)
+{
+    int K = w->cols;
+    float row[CHUNK];
+    lmx_cpu_weight one = *w;
+    for (int r = r0; r < r1; r++) {
+        float acc[4] = {0};
+        if (w->kind == LMX_WK_F32) {
+            const float *wr = (const float *)w->data + (size_t)r * K;
+            for (int i = 0; i < n; i++)
+                acc[i] = dot_scalar(wr, x->x + (size_t)i * K, K);
+        } else if (K <= CHUNK) {
+            gen_decode(w, r, row);
+            for (int i = 0; i < n; i++)
+                acc[i] = dot_scalar(row, x->x + (size_t)i * K, K);
+        } else {
+            /* a view of one chunk of the row as a one-row matrix */
+            int step = w->kind >= LMX_WK_Q8 ? CHUNK / w->group * w->group : CHUNK; /* groups <= 128 */
+            for (int k0 = 0; k0 < K; k0 += step) {
+                int len = K - k0 < step ? K - k0 : step;
+                one.cols = len;
+                one.rows = 1;
+                size_t e = (size_t)r * K + (size_t)k0;
+                int bits = w->kind == LMX_WK_Q8 ? 8 : w->kind == LMX_WK_Q4 ? 4 : 16;
+                one.data = (const uint8_t *)w->data + e * (size_t)bits / 8;
+                if (w->kind >= LMX_WK_Q8) {
+                    one.scales = w->scales + e / (size_t)w->group;
+                    one.biases = w->biases + e / (size_t)w->group;
+                }
+                gen_decode(&one, 0, row);
+                for (int i = 0; i < n; i++)
+                    acc[i] += dot_scalar(row, x->x + (size_t)i * K + k0, len);
+            }
+        }
+        for (int i = 0; i < n; i++)
+            out[(size_t)i * ldo + r] = acc[i];
+    }
+}
+
+enum { MR = 4, NX = 8 };
+
+static void tile_scalar(const float *wt, int mr, int K, const float *xt, int ldx, int nx, float *out, int ldo)
+{
+    float acc[MR][NX] = {{0}};
+    for (int k = 0; k < K; k++) {
+        const float *xk = xt + (size_t)k * ldx;
+        for (int r = 0; r < MR; r++) {
+            float wv = wt[(size_t)r * K + k];
+            for (int i = 0; i < NX; i++)
+                acc[r][i] += wv * xk[i];
+        }
+    }
+    for (int r = 0; r < mr; r++)
+        for (int i = 0; i < nx; i++)
+            out[(size_t)i * ldo + r] = acc[r][i];
+}
+
+static const lmx_cpu_kernels scalar = {
+    .path = LMX_CPU_SCALAR,
+    .q4_chunk = 2,
+    .matvec = matvec_scalar,
+    .decode = gen_decode,
+    .tile_mr = MR,
+    .tile_nx = NX,
+    .tile = tile_scalar,
+    .dot = dot_scalar,
+    .axpy = axpy_scalar,
+    .scale = scale_scalar,
+};
+
+const lmx_cpu_kernels *lmx_cpu_kernels_scalar(void) { return &scalar; }
+
+const lmx_cpu_kernels *lmx_cpu_kernels_for(lmx_cpu_path p)
+{
+    switch (p) {
+    case LMX_CPU_AVX512: return lmx_cpu_kernels_avx512();
+    case LMX_CPU_AVX2: return lmx_cpu_kernels_avx2();
+    default: return lmx_cpu_kernels_scalar();
+    }
+}

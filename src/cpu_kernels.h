@@ -1,0 +1,56 @@
+/* The CPU backend's kernels, one table per SIMD path (cpu_kern_*.c). The
+ * matmul driver (cpu_matmul.c) and the backend's ops call through it. */
+#ifndef LMX_CPU_KERNELS_H
+#define LMX_CPU_KERNELS_H
+
+#include <stdint.h>
+
+#include "cpu_path.h"
+
+typedef enum lmx_wkind { LMX_WK_F32, LMX_WK_F16, LMX_WK_BF16, LMX_WK_Q8, LMX_WK_Q4 } lmx_wkind;
+
+/* A weight matrix [rows, cols] as the kernels read it. q8/q4 are MLX-style
+ * group-wise affine (docs/quantization.md): w = scale * q + bias, q unsigned,
+ * packed little-end first into uint32 words, cols * bits / 32 words a row. */
+typedef struct lmx_cpu_weight {
+    lmx_wkind kind;
+    int rows, cols;
+    const void *data;       /* borrowed: the mapping or the backend's copy */
+    const uint16_t *scales; /* q8/q4: float16, rows x cols / group */
+    const uint16_t *biases; /* q8/q4: float16, rows x cols / group */
+    int group;              /* q8/q4: a multiple of 32 dividing cols */
+} lmx_cpu_weight;
+
+/* x as the matvec kernels read it: n rows of cols floats. */
+typedef struct lmx_cpu_x {
+    const float *x;    /* n x cols */
+    const float *xq4;  /* q4: x with every run of q4_chunk elements reordered evens, then odds */
+    const float *gsum; /* q8/q4: n x (cols / group) sums of x over each group */
+} lmx_cpu_x;
+
+typedef struct lmx_cpu_kernels {
+    lmx_cpu_path path;
+    int q4_chunk; /* see lmx_cpu_x.xq4; 2 = natural order */
+    /* out[i * ldo + r] = w[r] . x[i] for r in [r0, r1), i < n <= 4: reads
+     * each weight once whatever n is. */
+    void (*matvec)(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x *x, int n, float *out,
+                   int ldo);
+    /* dst[0, cols) = row r of w as float32. */
+    void (*decode)(const lmx_cpu_weight *w, int r, float *dst);
+    /* The GEMM micro-tile: mr rows of weights (wt: tile_mr x K float32,
+     * row-major) against nx <= tile_nx rows of x packed k-major (xt[k * ldx
+     * + i]); writes out[i * ldo + r] for r < mr, i < nx. */
+    int tile_mr, tile_nx;
+    void (*tile)(const float *wt, int mr, int K, const float *xt, int ldx, int nx, float *out, int ldo);
+    float (*dot)(const float *a, const float *b, int n);
+    void (*axpy)(float *y, float a, const float *x, int n); /* y += a * x */
+    void (*scale)(float *y, float a, int n);                /* y *= a */
+} lmx_cpu_kernels;
+
+/* The table of a path; NULL when this build has no code for it. */
+const lmx_cpu_kernels *lmx_cpu_kernels_scalar(void);
+const lmx_cpu_kernels *lmx_cpu_kernels_avx2(void);
+const lmx_cpu_kernels *lmx_cpu_kernels_avx512(void);
+const lmx_cpu_kernels *lmx_cpu_kernels_for(lmx_cpu_path p);
+
+#endif

@@ -1,0 +1,208 @@
+#include "cpu_matmul.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Up to this many rows of x, the matrix-vector kernel (which reads every
+ * weight once per MV_ROWS rows of x) beats decoding weights into tiles. */
+enum { MV_ROWS = 4, MIN_GROUP = 32 };
+
+struct lmx_cpu_mm {
+    const lmx_cpu_kernels *k;
+    lmx_pool *pool;
+    pthread_mutex_t lock; /* the scratch below serves one product at a time */
+    int cols;             /* capacity, in columns of weights */
+    float *xq4, *gsum;    /* MV_ROWS rows */
+    float **wt;           /* per thread: tile_mr decoded weight rows */
+    float *xt;            /* x packed k-major for the tiles; grows */
+    size_t xt_cap;
+};
+
+lmx_cpu_mm *lmx_cpu_mm_new(const lmx_cpu_kernels *k, lmx_pool *pool)
+{
+    lmx_cpu_mm *mm = calloc(1, sizeof *mm);
+    if (!mm)
+        return NULL;
+    mm->k = k;
+    mm->pool = pool;
+    pthread_mutex_init(&mm->lock, NULL);
+    mm->wt = calloc((size_t)lmx_pool_threads(pool), sizeof *mm->wt);
+    if (!mm->wt) {
+        lmx_cpu_mm_free(mm);
+        return NULL;
+    }
+    return mm;
+}
+
+void lmx_cpu_mm_free(lmx_cpu_mm *mm)
+{
+    if (!mm)
+        return;
+    for (int t = 0; mm->wt && t < lmx_pool_threads(mm->pool); t++)
+        free(mm->wt[t]);
+    free(mm->wt);
+    free(mm->xq4);
+    free(mm->gsum);
+    free(mm->xt);
+    pthread_mutex_destroy(&mm->lock);
+    free(mm);
+}
+
+int lmx_cpu_mm_reserve(lmx_cpu_mm *mm, int cols)
+{
+    if (cols <= mm->cols)
+        return 0;
+    size_t c = (size_t)cols;
+    float *xq4 = malloc(MV_ROWS * c * sizeof(float)), *gsum = malloc(MV_ROWS * (c / MIN_GROUP + 1) * sizeof(float));
+    if (!xq4 || !gsum) {
+        free(xq4);
+        free(gsum);
+        return -1;
+    }
+    free(mm->xq4);
+    free(mm->gsum);
+    mm->xq4 = xq4;
+    mm->gsum = gsum;
+    for (int t = 0; t < lmx_pool_threads(mm->pool); t++) {
+        float *w = calloc((size_t)mm->k->tile_mr * c, sizeof(float));
+        if (!w)
+            return -1; /* the smaller buffers stay valid for the old cols */
+        free(mm->wt[t]);
+        mm->wt[t] = w;
+    }
+    mm->cols = cols;
+    return 0;
+}
+
+/* Matrix-vector ---------------------------------------------------------- */
+
+typedef struct mv_job {
+    const lmx_cpu_kernels *k;
+    const lmx_cpu_weight *w;
+    lmx_cpu_x x;
+    int n, rows_per_task;
+    float *out;
+} mv_job;
+
+static void mv_task(void *ctx, int task, int worker)
+{
+    const mv_job *j = ctx;
+    int r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
+    if (r1 > j->w->rows)
+        r1 = j->w->rows;
+    j->k->matvec(j->w, r0, r1, &j->x, j->n, j->out, j->w->rows);
+}
+
+/* The sums of x over each quantization group, and for q4 x reordered as
+ * the kernel pairs it with low and high nibbles. */
+static void prep_quant(lmx_cpu_mm *mm, const lmx_cpu_weight *w, const float *x, int n, lmx_cpu_x *xp)
+{
+    int K = w->cols, G = w->group, ng = K / G, C = mm->k->q4_chunk;
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * K;
+        for (int g = 0; g < ng; g++) {
+            float s = 0;
+            for (int k = 0; k < G; k++)
+                s += xi[g * G + k];
+            mm->gsum[(size_t)i * ng + g] = s;
+        }
+        if (w->kind == LMX_WK_Q4) {
+            float *d = mm->xq4 + (size_t)i * K;
+            for (int c = 0; c < K; c += C)
+                for (int e = 0; e < C / 2; e++) {
+                    d[c + e] = xi[c + 2 * e];
+                    d[c + C / 2 + e] = xi[c + 2 * e + 1];
+                }
+        }
+    }
+    xp->xq4 = mm->xq4;
+    xp->gsum = mm->gsum;
+}
+
+static void run_matvec(lmx_cpu_mm *mm, float *out, const float *x, int n, const lmx_cpu_weight *w)
+{
+    int T = lmx_pool_threads(mm->pool), N = w->rows;
+    /* about 8 tasks a thread, whole multiples of 16 rows: even shares that
+     * still balance when a thread is descheduled */
+    int per = (N + T * 8 - 1) / (T * 8);
+    per = (per + 15) / 16 * 16;
+    for (int i0 = 0; i0 < n; i0 += MV_ROWS) {
+        int m = n - i0 < MV_ROWS ? n - i0 : MV_ROWS;
+        mv_job j = {mm->k, w, {x + (size_t)i0 * w->cols, NULL, NULL}, m, per, out + (size_t)i0 * N};
+        if (w->kind == LMX_WK_Q8 || w->kind == LMX_WK_Q4)
+            prep_quant(mm, w, j.x.x, m, &j.x);
+        lmx_pool_run(mm->pool, (N + per - 1) / per, mv_task, &j);
+    }
+}
+
+/* Matrix-matrix ---------------------------------------------------------- */
+
+typedef struct mm_job {
+    lmx_cpu_mm *mm;
+    const lmx_cpu_weight *w;
+    const float *x;
+    int n, ldx;
+    float *out;
+} mm_job;
+
+enum { PACK_COLS = 64 };
+
+/* xt[k * ldx + i] = x[i * K + k] for a block of k; rows n..ldx stay zero. */
+static void pack_task(void *ctx, int task, int worker)
+{
+    const mm_job *j = ctx;
+    int K = j->w->cols, k0 = task * PACK_COLS, k1 = k0 + PACK_COLS < K ? k0 + PACK_COLS : K;
+    float *xt = j->mm->xt;
+    for (int k = k0; k < k1; k++) {
+        float *d = xt + (size_t)k * j->ldx;
+        for (int i = 0; i < j->n; i++)
+            d[i] = j->x[(size_t)i * K + k];
+        for (int i = j->n; i < j->ldx; i++)
+            d[i] = 0;
+    }
+}
+
+/* One tile of weight rows, decoded once to float32, against all of x. */
+static void tile_task(void *ctx, int task, int worker)
+{
+    const mm_job *j = ctx;
+    const lmx_cpu_kernels *k = j->mm->k;
+    const lmx_cpu_weight *w = j->w;
+    int K = w->cols, N = w->rows, r0 = task * k->tile_mr;
+    int mr = N - r0 < k->tile_mr ? N - r0 : k->tile_mr;
+    float *wt = j->mm->wt[worker];
+    for (int r = 0; r < mr; r++)
+        k->decode(w, r0 + r, wt + (size_t)r * K);
+    for (int i0 = 0; i0 < j->n; i0 += k->tile_nx) {
+        int nx = j->n - i0 < k->tile_nx ? j->n - i0 : k->tile_nx;
+        k->tile(wt, mr, K, j->mm->xt + i0, j->ldx, nx, j->out + (size_t)i0 * N + r0, N);
+    }
+}
+
+static int ensure_xt(lmx_cpu_mm *mm, size_t need)
+{
+    if (need <= mm->xt_cap)
+        return 0;
+    float *p = malloc(need * sizeof(float));
+    if (!p)
+        return -1;
+    free(mm->xt);
+    mm->xt = p;
+    mm->xt_cap = need;
+    return 0;
+}
+
+void lmx_cpu_mm_run(lmx_cpu_mm *mm, float *out, const float *x, int n, const lmx_cpu_weight *w)
+{
+    pthread_mutex_lock(&mm->lock);
+    int ldx = (n + mm->k->tile_nx - 1) / mm->k->tile_nx * mm->k->tile_nx;
+    if (n <= MV_ROWS || ensure_xt(mm, (size_t)ldx * (size_t)w->cols)) {
+        run_matvec(mm, out, x, n, w); /* also the fallback when memory is short */
+    } else {
+        mm_job j = {mm, w, x, n, ldx, out};
+        lmx_pool_run(mm->pool, (w->cols + PACK_COLS - 1) / PACK_COLS, pack_task, &j);
+        lmx_pool_run(mm->pool, (w->rows + mm->k->tile_mr - 1) / mm->k->tile_mr, tile_task, &j);
+    }
+    pthread_mutex_unlock(&mm->lock);
+}

@@ -1,0 +1,21 @@
+/* out[n, N] = x[n, K] * w[N, K]^T on the thread pool: a matrix-vector
+ * kernel that streams each weight once for a few rows of x (decode), a
+ * tiled matrix-matrix kernel for many (prefill). */
+#ifndef LMX_CPU_MATMUL_H
+#define LMX_CPU_MATMUL_H
+
+#include "cpu_kernels.h"
+#include "threadpool.h"
+
+typedef struct lmx_cpu_mm lmx_cpu_mm;
+
+/* Scratch for a pool of n_threads; NULL on allocation failure. */
+lmx_cpu_mm *lmx_cpu_mm_new(const lmx_cpu_kernels *k, lmx_pool *pool);
+void lmx_cpu_mm_free(lmx_cpu_mm *mm);
+/* Makes room for weights of up to cols columns (called as weights are
+ * bound, so that running never fails); -1 on allocation failure. */
+int lmx_cpu_mm_reserve(lmx_cpu_mm *mm, int cols);
+/* Runs the product; calls from several threads are serialised. */
+void lmx_cpu_mm_run(lmx_cpu_mm *mm, float *out, const float *x, int n, const lmx_cpu_weight *w);
+
+#endif

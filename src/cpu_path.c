@@ -1,0 +1,103 @@
+#include "cpu_path.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define LMX_X86 1
+#include <cpuid.h>
+#endif
+
+static const char *const names[LMX_CPU_PATH_COUNT] = {"scalar", "avx2", "avx512"};
+
+const char *lmx_cpu_path_name(lmx_cpu_path p)
+{
+    return (unsigned)p < LMX_CPU_PATH_COUNT ? names[p] : "?";
+}
+
+int lmx_cpu_has_avx512bf16(void)
+{
+#ifdef LMX_X86
+    unsigned a, b, c, d;
+    /* CPUID leaf 7 sub-leaf 1, EAX bit 5; the OS-enabled zmm state is
+     * checked by __builtin_cpu_supports("avx512f") on the path itself. */
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d))
+        return 0;
+    return (a >> 5) & 1;
+#else
+    return 0;
+#endif
+}
+
+#ifdef LMX_X86
+/* What the AVX2 path needs (the AVX-512 path uses it too); NULL if present. */
+static const char *avx2_lack(void)
+{
+    unsigned a, b, c, d;
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2"))
+        return "CPU lacks avx2";
+    if (!__builtin_cpu_supports("fma"))
+        return "CPU lacks fma";
+    /* F16C: CPUID 1, ECX bit 29 (no __builtin_cpu_supports name everywhere) */
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 29) & 1))
+        return "CPU lacks f16c";
+    return NULL;
+}
+
+static const char *avx512_lack(void)
+{
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f"))
+        return "CPU lacks avx512f";
+    if (!__builtin_cpu_supports("avx512bw"))
+        return "CPU lacks avx512bw";
+    if (!__builtin_cpu_supports("avx512vl"))
+        return "CPU lacks avx512vl";
+    return avx2_lack();
+}
+#endif
+
+int lmx_cpu_path_supported(lmx_cpu_path p, const char **why)
+{
+    const char *lack = NULL;
+    if (p == LMX_CPU_SCALAR)
+        lack = NULL;
+#ifdef LMX_X86
+    else if (p == LMX_CPU_AVX2)
+        lack = avx2_lack();
+    else if (p == LMX_CPU_AVX512)
+        lack = avx512_lack();
+#else
+    else if (p == LMX_CPU_AVX2 || p == LMX_CPU_AVX512)
+        lack = "not an x86-64 build";
+#endif
+    else
+        lack = "unknown path";
+    if (why)
+        *why = lack;
+    return lack == NULL;
+}
+
+lmx_status lmx_cpu_path_select(lmx_cpu_path *out, lmx_error *err)
+{
+    const char *env = getenv("LMX_CPU_PATH");
+    if (env && *env) {
+        for (int p = 0; p < LMX_CPU_PATH_COUNT; p++)
+            if (!strcmp(env, names[p])) {
+                const char *why = NULL;
+                if (!lmx_cpu_path_supported((lmx_cpu_path)p, &why))
+                    return lmx_fail(err, LMX_ERR_UNSUPPORTED, "LMX_CPU_PATH=%s: %s", env, why);
+                *out = (lmx_cpu_path)p;
+                return LMX_OK;
+            }
+        return lmx_fail(err, LMX_ERR_ARG, "LMX_CPU_PATH=%s: want avx512, avx2 or scalar", env);
+    }
+    for (int p = LMX_CPU_PATH_COUNT - 1; p > 0; p--)
+        if (lmx_cpu_path_supported((lmx_cpu_path)p, NULL)) {
+            *out = (lmx_cpu_path)p;
+            return LMX_OK;
+        }
+    *out = LMX_CPU_SCALAR;
+    return LMX_OK;
+}

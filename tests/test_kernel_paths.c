@@ -1,0 +1,159 @@
+/* Every SIMD path the CPU can run, checked two ways: its kernels against
+ * the scalar reference on random data (every weight kind, decode and
+ * prefill shapes, odd sizes), and the full fixture test (logits against
+ * transformers, same tolerances) re-run with LMX_CPU_PATH forcing the path.
+ * Paths this CPU or build lacks are reported as skipped, with the reason. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cpu_kernels.h"
+#include "cpu_matmul.h"
+#include "dtype.h"
+#include "lmx.h"
+#include "quant.h"
+#include "testutil.h"
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)(rng >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+}
+
+/* A random N x K weight of the given kind; buffers are malloc'd into *keep. */
+static lmx_cpu_weight make_weight(lmx_wkind kind, int N, int K, void **keep)
+{
+    size_t n = (size_t)N * K;
+    float *f = malloc(n * sizeof *f);
+    for (size_t i = 0; i < n; i++)
+        f[i] = frand() * 0.5f;
+    lmx_cpu_weight w = {LMX_WK_F32, N, K, f, NULL, NULL, 0};
+    if (kind == LMX_WK_F32) {
+        *keep = f;
+        return w;
+    }
+    if (kind == LMX_WK_BF16 || kind == LMX_WK_F16) {
+        uint16_t *h = malloc(n * sizeof *h);
+        for (size_t i = 0; i < n; i++)
+            h[i] = kind == LMX_WK_BF16 ? lmx_f32_to_bf16(f[i]) : lmx_f32_to_f16(f[i]);
+        free(f);
+        *keep = h;
+        return (lmx_cpu_weight){kind, N, K, h, NULL, NULL, 0};
+    }
+    int bits = kind == LMX_WK_Q8 ? 8 : 4, G = lmx_quant_group(K);
+    size_t qb = (size_t)N * lmx_quant_row_bytes(K, bits), ng = n / (size_t)G;
+    uint8_t *buf = malloc(qb + 2 * ng * sizeof(uint16_t));
+    lmx_cpu_weight q = {kind, N, K, buf, (uint16_t *)(buf + qb), (uint16_t *)(buf + qb) + ng, G};
+    lmx_quant_rows(&w, &q, 0, N);
+    free(f);
+    *keep = buf;
+    return q;
+}
+
+static const char *const kind_names[] = {"f32", "f16", "bf16", "q8", "q4"};
+
+/* The path's matmul against the scalar one, and its decode and vector ops. */
+static void check_kernels(const lmx_cpu_kernels *k, const lmx_cpu_kernels *ref, lmx_pool *pool)
+{
+    lmx_cpu_mm *mm = lmx_cpu_mm_new(k, pool), *mr = lmx_cpu_mm_new(ref, pool);
+    const int Ks[] = {64, 200, 1024}, ns[] = {1, 2, 3, 4, 5, 17, 40};
+    CHECK(mm && mr && !lmx_cpu_mm_reserve(mm, 1024) && !lmx_cpu_mm_reserve(mr, 1024), "scratch");
+    for (int kind = LMX_WK_F32; kind <= LMX_WK_Q4; kind++)
+        for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++) {
+            int K = Ks[ki], N = 37;
+            if (kind >= LMX_WK_Q8 && !lmx_quant_group(K))
+                continue;
+            void *keep;
+            lmx_cpu_weight w = make_weight((lmx_wkind)kind, N, K, &keep);
+            float *x = malloc((size_t)40 * K * sizeof *x), *a = malloc((size_t)40 * N * sizeof *a),
+                  *b = malloc((size_t)40 * N * sizeof *b), *row = malloc((size_t)K * sizeof *row),
+                  *rrow = malloc((size_t)K * sizeof *rrow);
+            for (int i = 0; i < 40 * K; i++)
+                x[i] = frand();
+            for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+                int n = ns[ni];
+                lmx_cpu_mm_run(mm, a, x, n, &w);
+                lmx_cpu_mm_run(mr, b, x, n, &w);
+                float worst = 0;
+                for (int i = 0; i < n * N; i++)
+                    worst = fmaxf(worst, fabsf(a[i] - b[i]));
+                /* |w| <= 0.5, |x| <= 1: sums of K terms, float32 rounding */
+                CHECK(worst <= 1e-5f * K, "%s matmul %s K %d n %d: max diff %g",
+                      lmx_cpu_path_name(k->path), kind_names[kind], K, n, worst);
+            }
+            k->decode(&w, N - 1, row);
+            ref->decode(&w, N - 1, rrow);
+            CHECK(!memcmp(row, rrow, (size_t)K * sizeof *row), "%s decode %s K %d",
+                  lmx_cpu_path_name(k->path), kind_names[kind], K);
+            free(x), free(a), free(b), free(row), free(rrow), free(keep);
+        }
+    float u[77], v[77], y[77], z[77];
+    for (int i = 0; i < 77; i++)
+        u[i] = frand(), v[i] = frand(), y[i] = z[i] = frand();
+    CHECK(fabsf(k->dot(u, v, 77) - ref->dot(u, v, 77)) < 1e-5f, "%s dot", lmx_cpu_path_name(k->path));
+    k->axpy(y, 0.3f, u, 77);
+    ref->axpy(z, 0.3f, u, 77);
+    k->scale(y, 1.7f, 77);
+    ref->scale(z, 1.7f, 77);
+    float worst = 0;
+    for (int i = 0; i < 77; i++)
+        worst = fmaxf(worst, fabsf(y[i] - z[i]));
+    CHECK(worst < 1e-6f, "%s axpy/scale: %g", lmx_cpu_path_name(k->path), worst);
+    lmx_cpu_mm_free(mm);
+    lmx_cpu_mm_free(mr);
+}
+
+/* The fixture test binary sits next to this one. */
+static int run_fixtures(const char *path)
+{
+    char self[1024], cmd[1200];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return -1;
+    self[n] = 0;
+    char *slash = strrchr(self, '/');
+    if (!slash)
+        return -1;
+    *slash = 0;
+    snprintf(cmd, sizeof cmd, "LMX_CPU_PATH=%s '%s/test_model_fixtures' >/dev/null", path, self);
+    return test_run(cmd, NULL);
+}
+
+int main(void)
+{
+    const lmx_cpu_kernels *ref = lmx_cpu_kernels_scalar();
+    lmx_pool *pool = lmx_pool_new(2);
+    CHECK(pool != NULL, "pool");
+    int ran = 0;
+    for (int p = 0; p < LMX_CPU_PATH_COUNT; p++) {
+        const char *why = NULL, *name = lmx_cpu_path_name((lmx_cpu_path)p);
+        if (!lmx_cpu_path_supported((lmx_cpu_path)p, &why)) {
+            printf("SKIPPED path %s: %s\n", name, why);
+            continue;
+        }
+        const lmx_cpu_kernels *k = lmx_cpu_kernels_for((lmx_cpu_path)p);
+        CHECK(k && k->path == (lmx_cpu_path)p, "kernels for %s", name);
+        if (k && pool)
+            check_kernels(k, ref, pool);
+        int rc = run_fixtures(name);
+        CHECK(rc == 0, "fixtures under LMX_CPU_PATH=%s: exit %d", name, rc);
+        printf("path %s: kernels and fixtures %s\n", name, rc == 0 ? "pass" : "FAIL");
+        ran++;
+    }
+    CHECK(ran >= 1, "no path ran");
+    /* a bad or unsupported forced path is an error value, not a crash */
+    setenv("LMX_CPU_PATH", "sse9", 1);
+    lmx_error err = {0};
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/qwen3-tiny", LMX_TEST_DATA);
+    lmx_model *m = lmx_load(dir, NULL, &err);
+    CHECK(!m && err.code == LMX_ERR_ARG && strstr(err.message, "LMX_CPU_PATH"), "bad path: %s", err.message);
+    lmx_close(m);
+    unsetenv("LMX_CPU_PATH");
+    lmx_pool_free(pool);
+    return test_finish();
+}

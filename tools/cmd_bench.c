@@ -1,0 +1,272 @@
+/* lmx bench: prefill and decode speed of a checkpoint on the CPU, against
+ * the machine's memory bandwidth measured in the same run (decode reads
+ * every weight once per token, so bandwidth is its limit). */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "args.h"
+#include "backend_cpu.h"
+#include "commands.h"
+#include "lmx.h"
+#include "model.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static long status_kb(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    size_t n = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n))
+            kb = strtol(line + n, NULL, 10);
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+/* Memory bandwidth probe ---------------------------------------------------- */
+
+typedef struct probe_part {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sum;
+    pthread_barrier_t *start;
+} probe_part;
+
+static void *probe_read(void *arg)
+{
+    probe_part *a = arg;
+    uint64_t s[8] = {0};
+    pthread_barrier_wait(a->start);
+    for (size_t i = 0; i + 8 <= a->n; i += 8)
+        for (int k = 0; k < 8; k++)
+            s[k] += a->p[i + k];
+    for (int k = 0; k < 8; k++)
+        a->sum += s[k];
+    return NULL;
+}
+
+/* Best of 3 timed reads of a buffer 4x the last-level cache (at least
+ * 1 GiB), split over `threads` threads; bytes/s, or 0 on failure. */
+static double probe_bandwidth(int threads, size_t *bytes_out)
+{
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    size_t bytes = (size_t)1 << 30;
+    if (llc > 0 && (size_t)llc * 4 > bytes)
+        bytes = (size_t)llc * 4;
+    *bytes_out = bytes;
+    uint64_t *buf = malloc(bytes);
+    if (!buf || threads < 1 || threads > 1024) {
+        free(buf);
+        return 0;
+    }
+    size_t n = bytes / sizeof *buf;
+    for (size_t i = 0; i < n; i++)
+        buf[i] = i;
+    double best = 0;
+    uint64_t sink = 0;
+    probe_part *parts = calloc((size_t)threads, sizeof *parts);
+    pthread_t *tids = calloc((size_t)threads, sizeof *tids);
+    pthread_barrier_t start;
+    for (int rep = 0; parts && tids && rep < 3; rep++) {
+        pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
+        size_t per = n / (size_t)threads / 8 * 8;
+        for (int t = 0; t < threads; t++) {
+            parts[t] = (probe_part){buf + (size_t)t * per, per, 0, &start};
+            pthread_create(&tids[t], NULL, probe_read, &parts[t]);
+        }
+        double t0 = now_s();
+        pthread_barrier_wait(&start);
+        for (int t = 0; t < threads; t++) {
+            pthread_join(tids[t], NULL);
+            sink += parts[t].sum;
+        }
+        double dt = now_s() - t0;
+        pthread_barrier_destroy(&start);
+        double bw = (double)(per * (size_t)threads * sizeof *buf) / dt;
+        best = bw > best ? bw : best;
+    }
+    if (sink == 42) /* keeps the sums alive */
+        best += 0;
+    free(parts);
+    free(tids);
+    free(buf);
+    return best;
+}
+
+/* Bytes of weights a decode step reads: every matrix once (the output head
+ * whole), one embedding row, the norms. */
+static double weight_bytes_per_token(const lmx_model *m)
+{
+    double b = 0;
+    const lmx_config *c = &m->cfg;
+    for (int i = 0; i < c->n_layers; i++) {
+        const lmx_tensor *const *t = (const lmx_tensor *const *)&m->layers[i];
+        for (size_t k = 0; k < sizeof m->layers[i] / sizeof *t; k++)
+            if (t[k])
+                b += (double)lmx_backend_cpu_bytes(t[k]);
+    }
+    b += (double)lmx_backend_cpu_bytes(m->lm_head) + (double)lmx_backend_cpu_bytes(m->final_norm);
+    b += (double)lmx_backend_cpu_bytes(m->embed) / c->vocab_size;
+    return b;
+}
+
+/* Key and value bytes attention reads at position pos (float32 cache). */
+static double kv_bytes_at(const lmx_model *m, int pos)
+{
+    const lmx_config *c = &m->cfg;
+    double b = 0;
+    for (int i = 0; i < c->n_layers; i++) {
+        int w = c->layers[i].window, n = w > 0 && w < pos + 1 ? w : pos + 1;
+        b += 2.0 * n * c->n_kv_heads * c->head_dim * sizeof(float);
+    }
+    return b;
+}
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: lmx bench DIR [--prompt N] [--gen N] [--threads T] [--quant none|q8|q4] [--json]\n");
+    return 2;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    const char *dir = NULL;
+    long prompt = 512, gen = 32, threads = 0;
+    int quant = 0, json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        if (!strcmp(argv[i], "--prompt")) {
+            if (!(v = args_value(argc, argv, &i)) || args_int(v, 1, 1 << 20, "--prompt", &prompt))
+                return 2;
+        } else if (!strcmp(argv[i], "--gen")) {
+            if (!(v = args_value(argc, argv, &i)) || args_int(v, 1, 1 << 20, "--gen", &gen))
+                return 2;
+        } else if (!strcmp(argv[i], "--threads")) {
+            if (!(v = args_value(argc, argv, &i)) || args_int(v, 0, 1024, "--threads", &threads))
+                return 2;
+        } else if (!strcmp(argv[i], "--quant")) {
+            if (!(v = args_value(argc, argv, &i)))
+                return 2;
+            if (!strcmp(v, "none") || !strcmp(v, "0"))
+                quant = 0;
+            else if (!strcmp(v, "q8") || !strcmp(v, "8"))
+                quant = 8;
+            else if (!strcmp(v, "q4") || !strcmp(v, "4"))
+                quant = 4;
+            else {
+                fprintf(stderr, "lmx bench: --quant must be none, q8 or q4, got '%s'\n", v);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else if (argv[i][0] == '-' || dir) {
+            fprintf(stderr, "lmx bench: unexpected argument '%s'\n", argv[i]);
+            return usage();
+        } else {
+            dir = argv[i];
+        }
+    }
+    if (!dir)
+        return usage();
+
+    lmx_load_options o = lmx_load_defaults();
+    o.n_threads = (int)threads;
+    o.quant = quant;
+    o.n_ctx = (int)(prompt + gen);
+    lmx_error err = {0};
+    double t0 = now_s();
+    lmx_model *m = lmx_load(dir, &o, &err);
+    if (!m) {
+        fprintf(stderr, "lmx: %s\n", err.message);
+        return 1;
+    }
+    double load_s = now_s() - t0;
+    if (prompt + gen > lmx_model_max_context(m)) {
+        fprintf(stderr, "lmx bench: --prompt + --gen = %ld exceeds the model's %d positions\n", prompt + gen,
+                lmx_model_max_context(m));
+        lmx_close(m);
+        return 2;
+    }
+    int V = lmx_model_vocab_size(m), T = lmx_backend_cpu_threads(m->be);
+    lmx_context *c = lmx_context_new(m, (int)(prompt + gen), &err);
+    int32_t *ids = malloc((size_t)prompt * sizeof *ids);
+    float *logits = malloc((size_t)V * sizeof *logits);
+    if (!c || !ids || !logits) {
+        fprintf(stderr, "lmx: %s\n", c ? "out of memory" : err.message);
+        free(ids);
+        free(logits);
+        lmx_context_free(c);
+        lmx_close(m);
+        return 1;
+    }
+    for (long i = 0; i < prompt; i++) /* fixed pseudo-random tokens */
+        ids[i] = (int32_t)(((uint64_t)i * 2654435761u + 12345u) % (uint64_t)V);
+
+    t0 = now_s();
+    int rc = lmx_context_eval(c, ids, (int)prompt, logits, 0, &err) != LMX_OK;
+    double prefill_s = now_s() - t0;
+    double decode_s = 0;
+    for (long g = 0; !rc && g < gen; g++) {
+        int32_t next = 0;
+        for (int v = 1; v < V; v++)
+            if (logits[v] > logits[next])
+                next = v;
+        t0 = now_s();
+        rc = lmx_context_eval(c, &next, 1, logits, 0, &err) != LMX_OK;
+        decode_s += now_s() - t0;
+    }
+    if (rc) {
+        fprintf(stderr, "lmx: %s\n", err.message);
+        free(ids);
+        free(logits);
+        lmx_context_free(c);
+        lmx_close(m);
+        return 1;
+    }
+    long rss_kb = status_kb("VmRSS:"), peak_kb = status_kb("VmHWM:");
+    double wbytes = weight_bytes_per_token(m), kvbytes = kv_bytes_at(m, (int)(prompt + gen / 2));
+    double tok_bytes = wbytes + kvbytes;
+    double pp = (double)prompt / prefill_s, tg = (double)gen / decode_s;
+    size_t probe_bytes = 0;
+    double bw = probe_bandwidth(T, &probe_bytes);
+    double eff = tok_bytes * tg;
+    const char *qname = quant == 8 ? "q8" : quant == 4 ? "q4" : "none";
+    if (json) {
+        printf("{\"model\": \"%s\", \"type\": \"%s\", \"path\": \"%s\", \"threads\": %d, \"quant\": \"%s\", "
+               "\"prompt\": %ld, \"gen\": %ld, \"load_s\": %.3f, \"prefill_tok_s\": %.2f, \"ttft_s\": %.4f, "
+               "\"decode_tok_s\": %.2f, \"rss_bytes\": %ld, \"peak_rss_bytes\": %ld, "
+               "\"weight_bytes_per_token\": %.0f, \"kv_bytes_per_token\": %.0f, \"bandwidth_bytes_s\": %.0f, "
+               "\"decode_bytes_s\": %.0f, \"decode_bandwidth_ratio\": %.3f}\n",
+               dir, lmx_model_type(m), lmx_backend_cpu_path(m->be), T, qname, prompt, gen, load_s, pp,
+               prefill_s, tg, rss_kb * 1024, peak_kb * 1024, wbytes, kvbytes, bw, eff, bw > 0 ? eff / bw : 0);
+    } else {
+        printf("model:              %s (%s), %s path, %d threads, quant %s\n", dir, lmx_model_type(m),
+               lmx_backend_cpu_path(m->be), T, qname);
+        printf("load:               %.2f s\n", load_s);
+        printf("prefill:            %ld tokens in %.3f s = %.1f tok/s (time to first token %.3f s)\n", prompt,
+               prefill_s, pp, prefill_s);
+        printf("decode:             %ld tokens in %.3f s = %.2f tok/s\n", gen, decode_s, tg);
+        printf("resident memory:    %.1f MB (peak %.1f MB)\n", rss_kb / 1024.0, peak_kb / 1024.0);
+        printf("bytes per token:    %.1f MB weights + %.1f MB KV cache\n", wbytes / 1e6, kvbytes / 1e6);
+        printf("memory bandwidth:   %.1f GB/s (%d threads reading %.0f MB)\n", bw / 1e9, T, probe_bytes / 1e6);
+        printf("decode bandwidth:   %.1f GB/s = %.0f%% of measured\n", eff / 1e9, bw > 0 ? 100 * eff / bw : 0);
+    }
+    free(ids);
+    free(logits);
+    lmx_context_free(c);
+    lmx_close(m);
+    return 0;
+}
