@@ -9,6 +9,12 @@
 
 #include "error.h"
 
+/* Portable bits (see exp_nonpos): gcc in ISO C mode never fuses a*b+c into
+ * one rounding; clang does by default where the target has FMA. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 typedef struct {
     float s;    /* processed score */
     int32_t id; /* token */
