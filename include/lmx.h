@@ -42,8 +42,6 @@ typedef struct lmx_model lmx_model;
 typedef struct lmx_load_options {
     int n_threads;   /* worker threads for the CPU backend; 0 = all cores */
     int n_ctx;       /* default context length of new contexts; 0 = model max, capped at 8192 */
-    int quant;       /* CPU: quantize weight matrices on load: 0 = as stored, 8 = q8, 4 = q4
-                        (group-wise affine, MLX layout; docs/quantization.md) */
 } lmx_load_options;
 
 lmx_load_options lmx_load_defaults(void);
@@ -83,8 +81,8 @@ lmx_status lmx_context_eval(lmx_context *c, const int32_t *ids, int n, float *lo
 
 /* ---- text generation ------------------------------------------------------ */
 
-/* One chat message. role: "system", "user" or "assistant" (others are an
- * error); content: UTF-8 text. Both borrowed from the caller. */
+/* One chat message. role: "system", "user" or "assistant" (and "tool" for
+ * Qwen3; others are an error); content: UTF-8 text. Both borrowed. */
 typedef struct lmx_message {
     const char *role;
     const char *content;
