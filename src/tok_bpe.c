@@ -10,6 +10,13 @@
 #define NO_ID (-1)
 #define EMPTY_KEY UINT64_MAX
 
+/* One cache line access per merge lookup: key, rank and result together. */
+typedef struct mslot {
+    uint64_t key;
+    uint32_t rank;
+    int32_t id;
+} mslot;
+
 struct lmx_tokbpe {
     char *pool;       /* every token string, back to back */
     size_t pool_n, pool_cap;
@@ -20,12 +27,10 @@ struct lmx_tokbpe {
     int32_t *slot;    /* string -> id, open addressing, NO_ID = empty */
     uint32_t *tag;    /* the upper hash bits of each slot, to skip most compares */
     size_t mask;
-    uint64_t *mkey;   /* (left id << 32 | right id) -> rank, merged id */
-    uint32_t *mrank;
-    int32_t *mnew;
+    mslot *merge;     /* (left id << 32 | right id) -> rank, merged id */
     size_t mmask;
     int32_t byte_id[256]; /* "<0xXX>" tokens for byte fallback */
-    int32_t ascii_id[128]; /* one-character tokens, when no prefix/suffix applies */
+    int32_t *bmp_id;  /* one-character tokens below U+10000, when no prefix/suffix applies */
     int32_t unk_id;
     int byte_fallback, fuse_unk, ignore_merges;
     char *prefix, *suffix; /* continuing_subword_prefix, end_of_word_suffix, or NULL */
@@ -37,7 +42,7 @@ typedef struct sym {
 
 typedef struct merge {
     uint32_t rank, pos;
-    int32_t id;
+    int32_t id, left, right; /* the merged id, and the pair it was found for */
 } merge;
 
 /* ---- tables ---------------------------------------------------------------- */
@@ -77,18 +82,18 @@ static size_t merge_slot(const lmx_tokbpe *b, uint64_t key)
 {
     uint64_t h = key * 0x9e3779b97f4a7c15ull;
     size_t i = (size_t)(h ^ (h >> 31)) & b->mmask;
-    while (b->mkey[i] != EMPTY_KEY && b->mkey[i] != key)
+    while (b->merge[i].key != EMPTY_KEY && b->merge[i].key != key)
         i = (i + 1) & b->mmask;
     return i;
 }
 
-/* Returns the slot of pair (l, r), or SIZE_MAX when there is no such merge. */
-static size_t merge_find(const lmx_tokbpe *b, int32_t l, int32_t r)
+/* The merge of pair (l, r), or NULL when there is none. */
+static const mslot *merge_find(const lmx_tokbpe *b, int32_t l, int32_t r)
 {
     if (!b->mmask)
-        return SIZE_MAX;
-    size_t i = merge_slot(b, (uint64_t)(uint32_t)l << 32 | (uint32_t)r);
-    return b->mkey[i] == EMPTY_KEY ? SIZE_MAX : i;
+        return NULL;
+    const mslot *m = &b->merge[merge_slot(b, (uint64_t)(uint32_t)l << 32 | (uint32_t)r)];
+    return m->key == EMPTY_KEY ? NULL : m;
 }
 
 static size_t pow2_at_least(size_t n)
@@ -218,10 +223,8 @@ static lmx_status merge_ids(lmx_tokbpe *b, const char *a, size_t na, const char 
                         "%s: model.merges[%u]: merged token \"%.40s\" is not in the vocab", what,
                         rank, tmp->p);
     /* a later duplicate replaces the earlier one, as a Rust HashMap collect does */
-    size_t i = merge_slot(b, (uint64_t)(uint32_t)ia << 32 | (uint32_t)ic);
-    b->mkey[i] = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ic;
-    b->mrank[i] = rank;
-    b->mnew[i] = in;
+    uint64_t key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ic;
+    b->merge[merge_slot(b, key)] = (mslot){key, rank, in};
     return LMX_OK;
 }
 
@@ -249,12 +252,11 @@ static lmx_status load_merge(lmx_tokbpe *b, lmx_tokjson *j, uint32_t rank, lmx_t
 static lmx_status alloc_merges(lmx_tokbpe *b, size_t n, const char *what, lmx_error *err)
 {
     size_t cap = pow2_at_least(n * 2 + 2);
-    b->mkey = malloc(cap * sizeof *b->mkey);
-    b->mrank = malloc(cap * sizeof *b->mrank);
-    b->mnew = malloc(cap * sizeof *b->mnew);
-    if (!b->mkey || !b->mrank || !b->mnew)
+    b->merge = malloc(cap * sizeof *b->merge);
+    if (!b->merge)
         return lmx_fail(err, LMX_ERR_NOMEM, "%s: model.merges too large", what);
-    memset(b->mkey, 0xff, cap * sizeof *b->mkey);
+    for (size_t i = 0; i < cap; i++)
+        b->merge[i].key = EMPTY_KEY;
     b->mmask = cap - 1;
     return LMX_OK;
 }
@@ -357,17 +359,21 @@ static lmx_status model_field(lmx_tokbpe *b, lmx_tokjson *j, const char *key, ch
     return bad ? lmx_fail(err, LMX_ERR_FORMAT, "%s: model.%s is malformed", what, key) : LMX_OK;
 }
 
-static void fill_fast_ids(lmx_tokbpe *b)
+static int fill_fast_ids(lmx_tokbpe *b)
 {
     char name[8];
     for (int i = 0; i < 256; i++) {
         snprintf(name, sizeof name, "<0x%02X>", i);
         b->byte_id[i] = lmx_tokbpe_lookup(b, name, 6);
     }
-    for (int i = 0; i < 128; i++) {
-        char c = (char)i;
-        b->ascii_id[i] = lmx_tokbpe_lookup(b, &c, 1);
+    b->bmp_id = malloc(0x10000 * sizeof *b->bmp_id);
+    if (!b->bmp_id)
+        return -1;
+    for (uint32_t cp = 0; cp < 0x10000; cp++) {
+        size_t n = lmx_tokutf8_encode(cp, name);
+        b->bmp_id[cp] = cp >= 0xD800 && cp < 0xE000 ? NO_ID : lmx_tokbpe_lookup(b, name, n);
     }
+    return 0;
 }
 
 static lmx_status finish_model(lmx_tokbpe *b, const char *type, const char *unk, int have_vocab,
@@ -389,8 +395,7 @@ static lmx_status finish_model(lmx_tokbpe *b, const char *type, const char *unk,
             return lmx_fail(err, LMX_ERR_FORMAT, "%s: model.unk_token \"%.40s\" is not in the vocab",
                             what, unk);
     }
-    fill_fast_ids(b);
-    return LMX_OK;
+    return fill_fast_ids(b) ? lmx_fail(err, LMX_ERR_NOMEM, "%s: out of memory", what) : LMX_OK;
 }
 
 lmx_status lmx_tokbpe_load(lmx_tokjson *j, const char *what, lmx_tokbpe **out, lmx_error *err)
@@ -429,9 +434,8 @@ void lmx_tokbpe_free(lmx_tokbpe *b)
     free(b->len);
     free(b->slot);
     free(b->tag);
-    free(b->mkey);
-    free(b->mrank);
-    free(b->mnew);
+    free(b->merge);
+    free(b->bmp_id);
     free(b->prefix);
     free(b->suffix);
     free(b);
@@ -488,10 +492,10 @@ static const char *char_str(const lmx_tokbpe *b, lmx_tokbpe_scratch *s, const ch
     return s->tmp;
 }
 
-static int32_t str_id(const lmx_tokbpe *b, const char *c, size_t n)
+/* c is one character (n <= 3: below U+10000) or an affixed string. */
+static int32_t str_id(const lmx_tokbpe *b, const char *c, size_t n, uint32_t cp, int plain)
 {
-    return n == 1 && (unsigned char)*c < 128 ? b->ascii_id[(unsigned char)*c]
-                                             : lmx_tokbpe_lookup(b, c, n);
+    return plain && n <= 3 ? b->bmp_id[cp] : lmx_tokbpe_lookup(b, c, n);
 }
 
 static int byte_fallback_ok(const lmx_tokbpe *b, const char *c, size_t n)
@@ -516,14 +520,15 @@ static size_t initial_symbols(const lmx_tokbpe *b, const char *w, size_t len, lm
     size_t n = 0;
     int32_t unk_len = 0;
     for (size_t i = 0; i < len;) {
-        uint32_t cp;
+        uint32_t cp = 0;
         size_t k = lmx_tokutf8_next((const unsigned char *)w + i, len - i, &cp);
+        int whole = k != 0;
         k = k ? k : 1; /* input is valid UTF-8; be safe anyway */
         size_t sn;
         const char *str = char_str(b, s, w + i, k, i == 0, i + k == len, &sn);
         if (!str)
             return SIZE_MAX;
-        int32_t id = str_id(b, str, sn);
+        int32_t id = str_id(b, str, sn, cp, whole && str == w + i);
         if (id != NO_ID) {
             if (unk_len)
                 sym_add(v, &n, b->unk_id, unk_len);
@@ -587,9 +592,10 @@ static merge heap_pop(merge *h, size_t *n)
 
 static void push_pair(const lmx_tokbpe *b, merge *h, size_t *nh, const sym *v, int32_t pos)
 {
-    size_t m = merge_find(b, v[pos].id, v[v[pos].next].id);
-    if (m != SIZE_MAX)
-        heap_push(h, nh, (merge){b->mrank[m], (uint32_t)pos, b->mnew[m]});
+    int32_t l = v[pos].id, r = v[v[pos].next].id;
+    const mslot *m = merge_find(b, l, r);
+    if (m)
+        heap_push(h, nh, (merge){m->rank, (uint32_t)pos, m->id, l, r});
 }
 
 /* tokenizers' Word::merge_all, including its test for stale queue entries
@@ -605,9 +611,11 @@ static void merge_all(const lmx_tokbpe *b, sym *v, size_t n, merge *h)
         if (!cur->len || cur->next < 0)
             continue;
         sym *right = &v[cur->next];
-        size_t m = merge_find(b, cur->id, right->id);
-        if (m == SIZE_MAX || b->mnew[m] != top.id)
-            continue;
+        if (cur->id != top.left || right->id != top.right) {
+            const mslot *m = merge_find(b, cur->id, right->id);
+            if (!m || m->id != top.id)
+                continue;
+        }
         cur->id = top.id;
         cur->len += right->len;
         right->len = 0;
