@@ -5,7 +5,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
-need=(build-essential cmake pkg-config clang libcjson-dev libpcre2-dev libutf8proc-dev nodejs npm)
+need=(build-essential cmake pkg-config clang libclang-rt-dev valgrind libcjson-dev libpcre2-dev libutf8proc-dev nodejs npm)
 missing=()
 for p in "${need[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
