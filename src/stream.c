@@ -268,9 +268,11 @@ static int step(lmx_stream *s, lmx_token *t)
     }
     s->generated++;
     s->last_pending = 1;
-    const char *piece;
-    size_t len;
-    if (lmx_detok_push(s->detok, id, &piece, &len, &s->err)) {
+    const char *piece = "";
+    size_t len = 0;
+    /* Embedding rows past the tokenizer's vocabulary (padding) have no text;
+     * like the tokenizers library's decode, they add none. */
+    if (id < lmx_tokenizer_vocab_size(s->m->tok) && lmx_detok_push(s->detok, id, &piece, &len, &s->err)) {
         s->reason = LMX_STOP_ERROR;
         return 0;
     }

@@ -298,6 +298,67 @@ static void check_stops(lmx_model *m)
           lmx_stop_reason_name(r.reason), r.n);
 }
 
+/* Near-uniform sampling over Qwen's byte-level vocabulary meets tokens that
+ * hold only part of a UTF-8 character; streamed pieces still concatenate to
+ * the full decode and never end inside a character. (Gemma's byte-fallback
+ * runs are covered by the tokenizer's streaming tests on every refs row.) */
+static void check_partial_pieces(lmx_model *m)
+{
+    int32_t p[] = {9707, 11};
+    lmx_gen_config c = greedy(m, 400);
+    c.temperature = 50.0f;
+    c.top_k = 0;
+    c.top_p = 1.0f;
+    c.seed = 3;
+    lmx_stream *s = lmx_generate_ids(m, p, 2, &c);
+    run r;
+    collect(s, &r);
+    lmx_stream_close(s);
+    /* ids past the tokenizer's vocabulary (padding rows of the embedding) add no text */
+    int kept = 0, partial = 0;
+    for (int i = 0; i < r.n; i++)
+        if (r.ids[i] < lmx_tokenizer_vocab_size(m->tok))
+            r.ids[kept++] = r.ids[i];
+    CHECK(r.n == 400 && kept < r.n, "400 tokens (%d), some of them padding ids (%d kept)", r.n, kept);
+    r.n = kept;
+    lmx_error err = {0};
+    for (int i = 0; i < r.n; i++) {
+        char *one = NULL;
+        size_t n1 = 0;
+        if (lmx_tokenizer_decode(m->tok, &r.ids[i], 1, 0, &one, &n1, &err) == LMX_OK)
+            partial += strstr(one, "\xEF\xBF\xBD") != NULL; /* alone it decodes to U+FFFD */
+        free(one);
+    }
+    CHECK(partial > 0, "%d of %d tokens are partial characters", partial, r.n);
+    char *full = NULL;
+    size_t len = 0;
+    CHECK(lmx_tokenizer_decode(m->tok, r.ids, (size_t)r.n, 0, &full, &len, &err) == LMX_OK, "decode");
+    CHECK(full && len == r.len && !memcmp(full, r.text, len), "pieces differ from the decode");
+    CHECK(!r.bad_piece, "a piece ended inside a UTF-8 character");
+    free(full);
+}
+
+static int stop_after_three(void *user, const lmx_token *t)
+{
+    (void)t;
+    return ++*(int *)user == 3;
+}
+
+/* The callback form: a non-zero return cancels. */
+static void check_callback(lmx_model *m)
+{
+    int32_t p[] = {9707, 11};
+    lmx_gen_config c = greedy(m, 10);
+    lmx_stream *s = lmx_generate_ids(m, p, 2, &c);
+    int seen = 0;
+    CHECK(lmx_stream_run(s, stop_after_three, &seen) == LMX_STOP_CANCELLED && seen == 3,
+          "callback stop: %d tokens", seen);
+    lmx_stats st;
+    lmx_stream_stats(s, &st);
+    CHECK(st.generated_tokens == 3, "generated %d", st.generated_tokens);
+    lmx_stream_close(s);
+}
+
 typedef struct canceller {
     lmx_stream *s;
 } canceller;
@@ -434,6 +495,8 @@ int main(void)
         check_session(g);
         check_stops(q);
         check_cancel(q);
+        check_callback(q);
+        check_partial_pieces(q);
         check_concurrency(q);
         check_invalid(q);
     }
