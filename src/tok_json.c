@@ -1,6 +1,7 @@
 /* A small in-place JSON scanner (see tok_json.h). */
 #include "tok_json.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,11 +16,18 @@ static int fail(lmx_tokjson *j)
 
 char lmx_tokjson_peek(lmx_tokjson *j)
 {
-    if (!j->p)
+    const char *p = j->p, *e = j->end;
+    if (!p)
         return 0;
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\n' || *j->p == '\r' || *j->p == '\t'))
-        j->p++;
-    return j->p < j->end ? *j->p : 0;
+    if (p < e && (unsigned char)*p > ' ') /* the common case: no whitespace */
+        return *p;
+    /* pretty-printed files indent with runs of spaces: take 8 at a time */
+    for (uint64_t w; e - p >= 8 && (memcpy(&w, p, 8), w == 0x2020202020202020ull);)
+        p += 8;
+    while (p < e && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+        p++;
+    j->p = p;
+    return p < e ? *p : 0;
 }
 
 int lmx_tokjson_expect(lmx_tokjson *j, char c)
@@ -89,11 +97,15 @@ int lmx_tokjson_string(lmx_tokjson *j, lmx_tokbuf *out)
     if (lmx_tokjson_expect(j, '"') || lmx_tokbuf_reserve(out, 16))
         return fail(j);
     out->p[0] = 0;
+    int ascii = 1;
     for (;;) {
-        const char *s = j->p;
-        while (j->p < j->end && *j->p != '"' && *j->p != '\\' && (unsigned char)*j->p >= 0x20)
-            j->p++;
-        if (lmx_tokbuf_put(out, s, (size_t)(j->p - s)) || j->p >= j->end)
+        const char *s = j->p, *e = j->end, *p = s;
+        unsigned char hi = 0;
+        while (p < e && *p != '"' && *p != '\\' && (unsigned char)*p >= 0x20)
+            hi |= (unsigned char)*p++;
+        ascii &= hi < 0x80;
+        j->p = p;
+        if (lmx_tokbuf_put(out, s, (size_t)(p - s)) || p >= e)
             return fail(j);
         char c = *j->p++;
         if (c == '"')
@@ -101,7 +113,7 @@ int lmx_tokjson_string(lmx_tokjson *j, lmx_tokbuf *out)
         if (c != '\\' || escape(j, out))
             return fail(j);
     }
-    return lmx_tokutf8_valid(out->p, out->n) ? 0 : fail(j);
+    return ascii || lmx_tokutf8_valid(out->p, out->n) ? 0 : fail(j);
 }
 
 int lmx_tokjson_int(lmx_tokjson *j, long long *v)
@@ -196,3 +208,4 @@ int lmx_tokjson_next(lmx_tokjson *j, int *first, lmx_tokbuf *key)
         return fail(j);
     return lmx_tokjson_peek(j) ? 1 : fail(j);
 }
+
