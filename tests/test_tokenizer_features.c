@@ -292,7 +292,7 @@ static void test_random_streams(void)
 
 typedef struct job {
     const lmx_tokenizer *t;
-    int32_t sum;
+    uint32_t sum;
     int ok;
 } job;
 
@@ -305,9 +305,9 @@ static void *encode_many(void *arg)
         int32_t *ids = NULL;
         size_t n = 0;
         j->ok &= lmx_tokenizer_encode(j->t, text, strlen(text), LMX_TOK_ADD_SPECIAL, &ids, &n, NULL) == LMX_OK;
-        int32_t s = 0;
+        uint32_t s = 0;
         for (size_t k = 0; k < n; k++)
-            s = s * 31 + ids[k];
+            s = s * 31 + (uint32_t)ids[k];
         if (i == 0)
             j->sum = s;
         j->ok &= s == j->sum;
