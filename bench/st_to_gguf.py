@@ -6,7 +6,8 @@ vocabulary (llama-bench feeds token ids, it never tokenizes text).
 Usage: PYTHONPATH=$LLAMA/gguf-py /usr/bin/python3 st_to_gguf.py DIR OUT.gguf
 Needs numpy and llama.cpp's gguf-py; nothing of llama.cpp is copied here.
 Gemma's RMSNorm is (1 + w) * x; llama.cpp expects the 1 folded into the
-weights, so every Gemma norm weight gets +1 (in float32, rounded to bf16).
+weights, so every Gemma norm weight gets +1 (rounded to bf16). Norm
+vectors are written as float32, as llama.cpp's own converter does.
 """
 import glob
 import json
@@ -98,7 +99,10 @@ def main():
                 g = f"blk.{parts[2]}.{names['.'.join(parts[3:-1])]}.weight"
             if gemma and g.endswith("norm.weight"):
                 t = bf16_plus_one(t)
-            w.add_tensor(g, np.ascontiguousarray(t), raw_dtype=gguf.GGMLQuantizationType.BF16)
+            if t.ndim == 1:  # llama.cpp keeps vectors (norms) in float32
+                w.add_tensor(g, (t.astype(np.uint32) << 16).view(np.float32))
+            else:
+                w.add_tensor(g, np.ascontiguousarray(t), raw_dtype=gguf.GGMLQuantizationType.BF16)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

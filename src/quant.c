@@ -43,7 +43,8 @@ void lmx_quant_rows(const lmx_cpu_weight *src, const lmx_cpu_weight *dst, int r0
             sc[g] = sh;
             bi[g] = bh;
             for (int k = 0; k < G; k++) {
-                float t = s > 0 ? nearbyintf((v[k] - b) / s) : 0;
+                /* round half up; t below -0.5 only from float16 rounding of b */
+                float t = s > 0 ? (v[k] - b) / s + 0.5f : 0;
                 int qi = t < 0 ? 0 : t > (float)qmax ? qmax : (int)t;
                 if (bits == 8)
                     q[(size_t)g * G + k] = (uint8_t)qi;

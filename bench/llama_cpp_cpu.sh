@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# lmx vs llama.cpp on the CPU, same machine, weights, threads, in one run.
+#
+#   bench/llama_cpp_cpu.sh MODEL...        (MODEL: a `lmx synth --like` name)
+#
+# Needs: llama.cpp's source at $LLAMA (default /tmp/llama.cpp; from the
+# unslothai/llama.cpp snapshot, see /work/shared/ANCHORS.md), numpy for
+# /usr/bin/python3. Builds llama.cpp there (CPU backend, native) when its
+# binaries are missing. Nothing of llama.cpp lands in this repository;
+# models and GGUF files go to $MODELS (default /tmp/lmx-bench-models).
+#
+# For each model and format pair (bf16/BF16, q8/Q8_0, q4/Q4_0) it runs,
+# alternately, REPS times: llama-bench prefill (-p $PROMPT) and decode at
+# the same depth (-n $GEN -d $PROMPT), then `lmx bench --prompt $PROMPT
+# --gen $GEN`; every line of results goes to $OUT (JSON lines) and a
+# summary table (medians, lmx / llama.cpp) to stdout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LLAMA=${LLAMA:-/tmp/llama.cpp}
+MODELS=${MODELS:-/tmp/lmx-bench-models}
+LMX=${LMX:-build-cpu/lmx}
+T=${T:-2}
+PROMPT=${PROMPT:-512}
+GEN=${GEN:-32}
+REPS=${REPS:-3}
+OUT=${OUT:-$MODELS/results.jsonl}
+mkdir -p "$MODELS"
+: > "$OUT"
+
+if [ ! -x "$LLAMA/build/bin/llama-bench" ] || [ ! -x "$LLAMA/build/bin/llama-quantize" ]; then
+    cmake -S "$LLAMA" -B "$LLAMA/build" -DGGML_NATIVE=ON -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
+        -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+    cmake --build "$LLAMA/build" -j2 --target llama-bench llama-quantize
+fi
+BIN=$LLAMA/build/bin
+
+for model in "$@"; do
+    dir=$MODELS/$model
+    [ -f "$dir/config.json" ] || "$LMX" synth --like "$model" "$dir" >/dev/null
+    g=$MODELS/$model
+    [ -f "$g-bf16.gguf" ] || PYTHONPATH=$LLAMA/gguf-py /usr/bin/python3 bench/st_to_gguf.py "$dir" "$g-bf16.gguf"
+    # --pure: every matrix in the one format, as lmx's --quant does
+    [ -f "$g-q8_0.gguf" ] || "$BIN/llama-quantize" --pure "$g-bf16.gguf" "$g-q8_0.gguf" Q8_0 >/dev/null 2>&1
+    [ -f "$g-q4_0.gguf" ] || "$BIN/llama-quantize" --pure "$g-bf16.gguf" "$g-q4_0.gguf" Q4_0 >/dev/null 2>&1
+    for rep in $(seq "$REPS"); do
+        for pair in none:bf16 q8:q8_0 q4:q4_0; do
+            q=${pair%%:*} gf=$g-${pair##*:}.gguf
+            "$BIN/llama-bench" -m "$gf" -t "$T" -p "$PROMPT" -n 0 -r 1 -o jsonl 2>/dev/null |
+                sed "s/^{/{\"tool\": \"llama.cpp\", \"model\": \"$model\", \"quant\": \"$q\", \"phase\": \"prefill\", /" >> "$OUT"
+            "$BIN/llama-bench" -m "$gf" -t "$T" -p 0 -n "$GEN" -d "$PROMPT" -r 1 -o jsonl 2>/dev/null |
+                sed "s/^{/{\"tool\": \"llama.cpp\", \"model\": \"$model\", \"quant\": \"$q\", \"phase\": \"decode\", /" >> "$OUT"
+            "$LMX" bench "$dir" --prompt "$PROMPT" --gen "$GEN" --threads "$T" --quant "$q" --json |
+                sed "s/^{/{\"tool\": \"lmx\", \"model_name\": \"$model\", /" >> "$OUT"
+        done
+    done
+done
+
+/usr/bin/python3 - "$OUT" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def med(xs): return statistics.median(xs) if xs else float("nan")
+keys = sorted({(r.get("model_name") or r["model"], r["quant"]) for r in rows if r["tool"] == "lmx"})
+print("| model | lmx / llama.cpp | prefill tok/s lmx | llama.cpp | ratio | decode tok/s lmx | llama.cpp | ratio | lmx decode GB/s | % of probe |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+names = {"none": "bf16 / BF16", "q8": "q8 / Q8_0", "q4": "q4 / Q4_0"}
+for m, q in keys:
+    L = [r for r in rows if r["tool"] == "lmx" and r["model_name"] == m and r["quant"] == q]
+    P = [r["avg_ts"] for r in rows if r["tool"] == "llama.cpp" and r["model"] == m and r["quant"] == q and r["phase"] == "prefill"]
+    D = [r["avg_ts"] for r in rows if r["tool"] == "llama.cpp" and r["model"] == m and r["quant"] == q and r["phase"] == "decode"]
+    lp, ld = med([r["prefill_tok_s"] for r in L]), med([r["decode_tok_s"] for r in L])
+    bw, ratio = med([r["decode_bytes_s"] for r in L]) / 1e9, med([r["decode_bandwidth_ratio"] for r in L])
+    print(f"| {m} | {names[q]} | {lp:.1f} | {med(P):.1f} | {lp / med(P):.2f} | {ld:.2f} | {med(D):.2f} | {ld / med(D):.2f} | {bw:.1f} | {100 * ratio:.0f}% |")
+PY
