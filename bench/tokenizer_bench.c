@@ -2,6 +2,7 @@
  * throughput, line by line without special tokens (as ANCHORS.md measured
  * Hugging Face tokenizers), best of 3.
  * Usage: tokenizer_bench CORPUS DIR...   (see tokenizer_bench.sh) */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,11 +18,14 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Encodes every line of text; returns seconds and the token count. */
-static double encode_lines(const lmx_tokenizer *t, const char *text, size_t len, size_t *tokens)
+/* Encodes every line of text; returns seconds, the token count and a
+ * checksum of all ids (tokenizer_hf.py prints the same one). */
+static double encode_lines(const lmx_tokenizer *t, const char *text, size_t len, size_t *tokens,
+                           uint32_t *sum)
 {
     double t0 = now();
     *tokens = 0;
+    *sum = 0;
     for (size_t at = 0; at < len;) {
         const char *nl = memchr(text + at, '\n', len - at);
         size_t end = nl ? (size_t)(nl - text) + 1 : len;
@@ -33,6 +37,8 @@ static double encode_lines(const lmx_tokenizer *t, const char *text, size_t len,
             exit(1);
         }
         *tokens += n;
+        for (size_t i = 0; i < n; i++)
+            *sum = *sum * 31 + (uint32_t)ids[i];
         free(ids);
         at = end;
     }
@@ -55,8 +61,9 @@ static void bench_dir(const char *dir, const char *text, size_t len)
         best_load = dt < best_load ? dt : best_load;
     }
     size_t tokens = 0;
+    uint32_t sum = 0;
     for (int r = 0; r < 3; r++) {
-        double dt = encode_lines(t, text, len, &tokens);
+        double dt = encode_lines(t, text, len, &tokens, &sum);
         best_enc = dt < best_enc ? dt : best_enc;
     }
     /* the pathological case: 1 MB of "a" as one line */
@@ -64,12 +71,14 @@ static void bench_dir(const char *dir, const char *text, size_t len)
     memset(a, 'a', 1 << 20);
     for (int r = 0; r < 3; r++) {
         size_t n;
-        double dt = encode_lines(t, a, 1 << 20, &n);
+        uint32_t s;
+        double dt = encode_lines(t, a, 1 << 20, &n, &s);
         best_a = dt < best_a ? dt : best_a;
     }
     free(a);
-    printf("%-40s load %7.1f ms   encode %6.2f MB/s (%zu tokens, %.3f s)   1 MB of \"a\" %.3f s\n",
-           dir, best_load * 1e3, (double)len / best_enc / 1e6, tokens, best_enc, best_a);
+    printf("%-40s load %7.1f ms   encode %6.2f MB/s (%zu tokens, ids checksum %08x, %.3f s)   "
+           "1 MB of \"a\" %.3f s\n",
+           dir, best_load * 1e3, (double)len / best_enc / 1e6, tokens, sum, best_enc, best_a);
     lmx_tokenizer_free(t);
 }
 

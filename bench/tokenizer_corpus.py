@@ -24,6 +24,6 @@ parts.append('\n'.join(lines) + '\n')
 text = '\n'.join(parts)
 # repeat to about 2 MB of UTF-8
 data = text.encode('utf-8')
-reps = max(1, 2_000_000 // len(data))
+reps = max(1, round(2_000_000 / len(data)))
 with open(out, 'wb') as f:
     f.write(data * reps)
