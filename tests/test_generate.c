@@ -365,7 +365,7 @@ typedef struct canceller {
 
 static void *cancel_later(void *arg)
 {
-    usleep(50000);
+    usleep(20000);
     lmx_stream_cancel(((canceller *)arg)->s);
     return NULL;
 }
@@ -385,6 +385,18 @@ static void check_cancel(lmx_model *m)
     CHECK(r.reason == LMX_STOP_CANCELLED && r.n < 3990, "cancelled from another thread: %s after %d tokens",
           lmx_stop_reason_name(r.reason), r.n);
     CHECK(lmx_stream_status(s) == LMX_ERR_CANCELLED, "status cancelled");
+    lmx_stream_close(s);
+    /* a long prompt is cancelled between prefill chunks */
+    static int32_t longp[3000];
+    for (int i = 0; i < 3000; i++)
+        longp[i] = (int32_t)(i * 7919 % 150000);
+    s = lmx_generate_ids(m, longp, 3000, &c);
+    cc.s = s;
+    pthread_create(&th, NULL, cancel_later, &cc);
+    collect(s, &r);
+    pthread_join(th, NULL);
+    CHECK(r.reason == LMX_STOP_CANCELLED && r.n == 0 && r.stats.prefill_tok_s == 0,
+          "cancelled before the prefill ended: %s, %d tokens", lmx_stop_reason_name(r.reason), r.n);
     lmx_stream_close(s);
     c.timeout_s = 0.05;
     s = lmx_generate_ids(m, p, 4, &c);
