@@ -13,6 +13,7 @@ cmake --build "$build" -j"$(nproc)" --target lmxcore >/dev/null
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python3 bench/tokenizer_corpus.py "$work/corpus.txt" "$root"
+echo "corpus sha256: $(sha256sum "$work/corpus.txt" | cut -d' ' -f1)"
 cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc bench/tokenizer_bench.c \
     "$build/liblmx.a" $(pkg-config --libs libcjson libpcre2-8 libutf8proc) -lm -lpthread \
     -o "$work/tokenizer_bench"

@@ -1,18 +1,24 @@
 #!/usr/bin/env python3
 """Writes the tokenizer benchmark corpus (deterministic): license prose from
-/usr/share/common-licenses, C sources of this repository, and generated lines
-of CJK, Korean, Cyrillic, accents and emoji. Usage: tokenizer_corpus.py OUT ROOT"""
-import glob, os, random, sys
+/usr/share/common-licenses, this repository's C sources as of a pinned commit
+(so the corpus does not drift as the code changes), and generated lines of
+CJK, Korean, Cyrillic, accents and emoji, repeated to about 2 MB.
+Usage: tokenizer_corpus.py OUT ROOT"""
+import glob, os, random, subprocess, sys
+
+PINNED = '9bbf065'  # the first tokenizer commit
 
 out, root = sys.argv[1], sys.argv[2]
 parts = []
 for p in sorted(glob.glob('/usr/share/common-licenses/*')):
     if os.path.isfile(p):
         parts.append(open(p, encoding='utf-8', errors='replace').read())
-src = sorted(glob.glob(os.path.join(root, 'src', '*.[ch]')))
-src = [p for p in src if os.path.basename(p).startswith(('tok_', 'tokenizer', 'error', 'fileutil', 'dtype'))]
-for p in src:
-    parts.append(open(p, encoding='utf-8').read())
+git = ['git', '-C', root]
+names = subprocess.run(git + ['ls-tree', '-r', '--name-only', PINNED, 'src'], check=True,
+                       capture_output=True, text=True).stdout.split()
+for name in sorted(names):
+    parts.append(subprocess.run(git + ['show', f'{PINNED}:{name}'], check=True,
+                                capture_output=True, text=True).stdout)
 rng = random.Random(20261202)
 words = ['日本語', 'テキスト', '中文', '分词', '测试', '你好', '世界', '한국어', '문장', '입니다',
          'Привет', 'как', 'дела', 'café', 'naïve', 'résumé', 'Straße', '😀', '👍🏽', '🇺🇸', '🔥',

@@ -88,10 +88,11 @@ int lmx_tokbpe_has_byte_fallback(const lmx_tokbpe *b)
     return b->byte_fallback;
 }
 
+static size_t merge_home(const lmx_tokbpe *b, uint64_t key);
+
 static size_t merge_slot(const lmx_tokbpe *b, uint64_t key)
 {
-    uint64_t h = key * 0x9e3779b97f4a7c15ull;
-    size_t i = (size_t)(h ^ (h >> 31)) & b->mmask;
+    size_t i = merge_home(b, key);
     while (b->merge[i].key != EMPTY_KEY && b->merge[i].key != key)
         i = (i + 1) & b->mmask;
     return i;
@@ -220,6 +221,8 @@ typedef struct pending {
     size_t off[3], len[3]; /* left, right, merged strings in the batch arena */
     uint64_t hash[3];
     uint32_t rank;
+    uint64_t key; /* set by resolve */
+    int32_t id;
 } pending;
 
 typedef struct batch {
@@ -229,8 +232,9 @@ typedef struct batch {
     size_t plen; /* continuing_subword_prefix length */
 } batch;
 
-static lmx_status merge_one(lmx_tokbpe *b, const batch *bt, const pending *m, const char *what,
-                            lmx_error *err)
+/* Resolves the three tokens of a queued merge into its table key and result. */
+static lmx_status resolve(const lmx_tokbpe *b, const batch *bt, pending *m, const char *what,
+                          lmx_error *err)
 {
     const char *t = bt->text.p;
     int32_t id[3];
@@ -244,22 +248,41 @@ static lmx_status merge_one(lmx_tokbpe *b, const batch *bt, const pending *m, co
         return lmx_fail(err, LMX_ERR_FORMAT,
                         "%s: model.merges[%u]: merged token \"%.*s\" is not in the vocab", what,
                         m->rank, (int)(m->len[2] < 40 ? m->len[2] : 40), t + m->off[2]);
-    /* a later duplicate replaces the earlier one, as a Rust HashMap collect does */
-    uint64_t key = (uint64_t)(uint32_t)id[0] << 32 | (uint32_t)id[1];
-    mslot *slot = &b->merge[merge_slot(b, key)];
-    b->nmerges += slot->key == EMPTY_KEY;
-    *slot = (mslot){key, m->rank, id[2]};
+    m->key = (uint64_t)(uint32_t)id[0] << 32 | (uint32_t)id[1];
+    m->id = id[2];
     return LMX_OK;
 }
 
+static size_t merge_home(const lmx_tokbpe *b, uint64_t key)
+{
+    uint64_t h = key * 0x9e3779b97f4a7c15ull;
+    return (size_t)(h ^ (h >> 31)) & b->mmask;
+}
+
+/* Four passes, each prefetching what the next one reads: vocabulary slots,
+ * token text, then (ids known) merge slots, then the inserts in file order
+ * (a later duplicate replaces the earlier one, as a Rust HashMap collect does). */
 static lmx_status flush_batch(lmx_tokbpe *b, batch *bt, const char *what, lmx_error *err)
 {
     for (int i = 0; i < bt->n; i++)
         for (int k = 0; k < 3; k++)
             __builtin_prefetch(&b->slot[bt->m[i].hash[k] & b->mask]);
+    for (int i = 0; i < bt->n; i++)
+        for (int k = 0; k < 3; k++) {
+            const vslot *v = &b->slot[bt->m[i].hash[k] & b->mask];
+            if (v->id != NO_ID)
+                __builtin_prefetch(b->pool + v->off);
+        }
     lmx_status st = LMX_OK;
-    for (int i = 0; st == LMX_OK && i < bt->n; i++)
-        st = merge_one(b, bt, &bt->m[i], what, err);
+    for (int i = 0; st == LMX_OK && i < bt->n; i++) {
+        st = resolve(b, bt, &bt->m[i], what, err);
+        __builtin_prefetch(&b->merge[merge_home(b, bt->m[i].key)], 1);
+    }
+    for (int i = 0; st == LMX_OK && i < bt->n; i++) {
+        mslot *slot = &b->merge[merge_slot(b, bt->m[i].key)];
+        b->nmerges += slot->key == EMPTY_KEY;
+        *slot = (mslot){bt->m[i].key, bt->m[i].rank, bt->m[i].id};
+    }
     bt->n = 0;
     bt->text.n = 0;
     return st;
@@ -278,7 +301,7 @@ static lmx_status queue_merge(batch *bt, size_t a, size_t na, size_t c, size_t n
         lmx_tokbuf_put(&bt->text, bt->text.p + c + bt->plen, nc - bt->plen))
         return lmx_fail(err, LMX_ERR_NOMEM, "%s: out of memory", what);
     pending *m = &bt->m[bt->n++];
-    *m = (pending){{a, c, ab}, {na, nc, na + nc - bt->plen}, {0, 0, 0}, rank};
+    *m = (pending){{a, c, ab}, {na, nc, na + nc - bt->plen}, {0, 0, 0}, rank, 0, 0};
     for (int k = 0; k < 3; k++)
         m->hash[k] = lmx_tokhash(bt->text.p + m->off[k], m->len[k]);
     return LMX_OK;

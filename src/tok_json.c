@@ -22,10 +22,14 @@ char lmx_tokjson_peek(lmx_tokjson *j)
     if (p < e && (unsigned char)*p > ' ') /* the common case: no whitespace */
         return *p;
     /* pretty-printed files indent with runs of spaces: take 8 at a time */
-    for (uint64_t w; e - p >= 8 && (memcpy(&w, p, 8), w == 0x2020202020202020ull);)
-        p += 8;
-    while (p < e && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
-        p++;
+    for (uint64_t w;;) {
+        if (e - p >= 8 && (memcpy(&w, p, 8), w == 0x2020202020202020ull))
+            p += 8;
+        else if (p < e && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+            p++;
+        else
+            break;
+    }
     j->p = p;
     return p < e ? *p : 0;
 }
@@ -91,19 +95,45 @@ static int escape(lmx_tokjson *j, lmx_tokbuf *out)
     return lmx_tokbuf_putc(out, r) ? fail(j) : 0;
 }
 
+/* The usual string has no escapes: find its end with memchr and copy it whole. */
+static int plain_string(lmx_tokjson *j, lmx_tokbuf *out)
+{
+    const char *p = j->p, *q = memchr(p, '"', (size_t)(j->end - p));
+    unsigned char hi = 0;
+    if (!q)
+        return fail(j);
+    for (const char *c = p; c < q; c++) {
+        if (*c == '\\' || (unsigned char)*c < 0x20)
+            return 1; /* not plain: take the slow path */
+        hi |= (unsigned char)*c;
+    }
+    size_t n = (size_t)(q - p);
+    if (lmx_tokbuf_reserve(out, n))
+        return fail(j);
+    memcpy(out->p, p, n);
+    out->p[n] = 0;
+    out->n = n;
+    if (hi >= 0x80 && !lmx_tokutf8_valid(p, n))
+        return fail(j);
+    j->p = q + 1;
+    return 0;
+}
+
 int lmx_tokjson_string(lmx_tokjson *j, lmx_tokbuf *out)
 {
     out->n = 0;
-    if (lmx_tokjson_expect(j, '"') || lmx_tokbuf_reserve(out, 16))
+    if (lmx_tokjson_expect(j, '"'))
+        return fail(j);
+    int r = plain_string(j, out);
+    if (r <= 0)
+        return r;
+    if (lmx_tokbuf_reserve(out, 16))
         return fail(j);
     out->p[0] = 0;
-    int ascii = 1;
     for (;;) {
         const char *s = j->p, *e = j->end, *p = s;
-        unsigned char hi = 0;
         while (p < e && *p != '"' && *p != '\\' && (unsigned char)*p >= 0x20)
-            hi |= (unsigned char)*p++;
-        ascii &= hi < 0x80;
+            p++;
         j->p = p;
         if (lmx_tokbuf_put(out, s, (size_t)(p - s)) || p >= e)
             return fail(j);
@@ -113,7 +143,7 @@ int lmx_tokjson_string(lmx_tokjson *j, lmx_tokbuf *out)
         if (c != '\\' || escape(j, out))
             return fail(j);
     }
-    return ascii || lmx_tokutf8_valid(out->p, out->n) ? 0 : fail(j);
+    return lmx_tokutf8_valid(out->p, out->n) ? 0 : fail(j);
 }
 
 int lmx_tokjson_int(lmx_tokjson *j, long long *v)
