@@ -44,7 +44,13 @@ typedef struct lmx_load_options {
     int n_ctx;       /* default context length of new contexts; 0 = model max, capped at 8192 */
     int quant;       /* CPU: quantize weight matrices on load: 0 = as stored, 8 = q8, 4 = q4
                         (group-wise affine, MLX layout; docs/quantization.md) */
+    int device;      /* LMX_DEVICE_*: where the weights live and the forward pass runs */
 } lmx_load_options;
+
+/* lmx_load_options.device. AUTO: the environment variable LMX_DEVICE ("cpu"
+ * or "cuda") if set, else CUDA when lmx was built with it and a GPU is
+ * present, else the CPU. CUDA fails to load when unavailable (docs/cuda.md). */
+enum { LMX_DEVICE_AUTO = 0, LMX_DEVICE_CPU = 1, LMX_DEVICE_CUDA = 2 };
 
 lmx_load_options lmx_load_defaults(void);
 

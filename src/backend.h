@@ -65,8 +65,20 @@ typedef struct lmx_backend_ops {
     /* dst rows [dst_row, +n) = src rows [src_row, +n) (same cols) */
     void (*copy_rows)(lmx_backend *be, lmx_tensor *dst, int dst_row, const lmx_tensor *src,
                       int src_row, int n_rows);
-    /* Copies rows [row0, row0 + n_rows) of a float32 tensor to host memory. */
+    /* Copies rows [row0, row0 + n_rows) of a float32 tensor to host memory
+     * (inside a step: done by step_end at the latest). */
     void (*read)(lmx_backend *be, float *dst, const lmx_tensor *src, int row0, int n_rows);
+
+    /* Optional (NULL: every op runs when called). One forward step of n_rows
+     * tokens `ids` at positions pos0.. is bracketed by step_begin/step_end.
+     * Every step of the same (key, flags, n_rows) calls the same ops on the
+     * same tensors with the same arguments, positions and ids aside, so a
+     * backend may record such a step once and replay it (CUDA graphs); ops
+     * then take pos0 and ids from the step. A backend drops its recordings
+     * when a tensor is freed. step_end reports any failure inside the step. */
+    void (*step_begin)(lmx_backend *be, const void *key, int flags, const int32_t *ids, int n_rows,
+                       int pos0);
+    lmx_status (*step_end)(lmx_backend *be, lmx_error *err);
 } lmx_backend_ops;
 
 struct lmx_backend {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend_cpu.h"
+#include "backend_cuda.h"
 #include "error.h"
 #include "fileutil.h"
 
@@ -164,7 +165,7 @@ static void free_weights(lmx_model *m)
 
 lmx_load_options lmx_load_defaults(void)
 {
-    return (lmx_load_options){.n_threads = 0, .n_ctx = 0, .quant = 0};
+    return (lmx_load_options){.n_threads = 0, .n_ctx = 0, .quant = 0, .device = LMX_DEVICE_AUTO};
 }
 
 /* The tokenizer is optional: logits need none, text generation does. */
@@ -176,6 +177,36 @@ static lmx_status load_tokenizer(lmx_model *m, const char *dir, lmx_error *err)
     int present = lmx_file_exists(path);
     free(path);
     return present ? lmx_tokenizer_load(dir, &m->tok, err) : LMX_OK;
+}
+
+/* The backend o->device asks for (lmx.h: LMX_DEVICE_*). Quantized weights
+ * are CPU-only for now, so AUTO with quant picks the CPU. */
+static lmx_backend *new_backend(const lmx_load_options *o, lmx_error *err)
+{
+    int dev = o->device;
+    if (dev == LMX_DEVICE_AUTO) {
+        const char *env = getenv("LMX_DEVICE");
+        if (env && *env && strcmp(env, "cpu") && strcmp(env, "cuda")) {
+            lmx_fail(err, LMX_ERR_ARG, "LMX_DEVICE = '%s'; want cpu or cuda", env);
+            return NULL;
+        }
+        if (env && *env)
+            dev = strcmp(env, "cuda") ? LMX_DEVICE_CPU : LMX_DEVICE_CUDA;
+        else
+            dev = !o->quant && lmx_backend_cuda_available() ? LMX_DEVICE_CUDA : LMX_DEVICE_CPU;
+    }
+    if (dev == LMX_DEVICE_CPU)
+        return lmx_backend_cpu_new(o->n_threads, o->quant, err);
+    if (dev != LMX_DEVICE_CUDA) {
+        lmx_fail(err, LMX_ERR_ARG, "lmx_load: device = %d; want LMX_DEVICE_AUTO, _CPU or _CUDA", dev);
+        return NULL;
+    }
+    if (o->quant) {
+        lmx_fail(err, LMX_ERR_UNSUPPORTED, "lmx_load: quant = %d is CPU-only; the CUDA backend runs "
+                 "weights as stored", o->quant);
+        return NULL;
+    }
+    return lmx_backend_cuda_new(0, err);
 }
 
 lmx_model *lmx_load(const char *dir, const lmx_load_options *opts, lmx_error *err)
@@ -201,8 +232,8 @@ lmx_model *lmx_load(const char *dir, const lmx_load_options *opts, lmx_error *er
     if (o.n_ctx == 0)
         o.n_ctx = m->cfg.max_position < 4096 ? m->cfg.max_position : 4096;
     m->opts = o;
-    if (lmx_st_open_dir(dir, &m->st, err) || !(m->be = lmx_backend_cpu_new(o.n_threads, o.quant, err)) ||
-        bind_weights(m, err) || load_tokenizer(m, dir, err)) {
+    if (lmx_st_open_dir(dir, &m->st, err) || !(m->be = new_backend(&o, err)) || bind_weights(m, err) ||
+        load_tokenizer(m, dir, err)) {
         lmx_close(m);
         return NULL;
     }
@@ -391,6 +422,8 @@ lmx_status lmx_model_forward(lmx_model *m, lmx_forward_state *fs, const int32_t 
         return lmx_fail(err, LMX_ERR_INTERNAL, "forward: %d rows do not fit a chunk of %d", n, fs->max_rows);
     float eps = c->rms_eps;
     int p1 = c->norm_plus_one;
+    if (ops->step_begin)
+        ops->step_begin(be, fs, logits ? 1 + (all_positions != 0) : 0, ids, n, pos0);
     ops->embed(be, fs->x, m->embed, ids, n, c->embed_scale);
     for (int i = 0; i < c->n_layers; i++) {
         const lmx_layer_weights *L = &m->layers[i];
@@ -421,12 +454,12 @@ lmx_status lmx_model_forward(lmx_model *m, lmx_forward_state *fs, const int32_t 
             ops->rmsnorm(be, fs->o, fs->o, L->post_ffn_norm, n, eps, p1);
         ops->add(be, fs->x, fs->o, n);
     }
-    if (!logits)
-        return LMX_OK;
-    ops->rmsnorm(be, fs->h, fs->x, m->final_norm, n, eps, p1);
-    if (all_positions)
-        emit_logits(m, fs, 0, n, logits);
-    else
-        emit_logits(m, fs, n - 1, 1, logits);
-    return LMX_OK;
+    if (logits) {
+        ops->rmsnorm(be, fs->h, fs->x, m->final_norm, n, eps, p1);
+        if (all_positions)
+            emit_logits(m, fs, 0, n, logits);
+        else
+            emit_logits(m, fs, n - 1, 1, logits);
+    }
+    return ops->step_end ? ops->step_end(be, err) : LMX_OK;
 }

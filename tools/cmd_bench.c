@@ -186,6 +186,7 @@ int cmd_bench(int argc, char **argv)
     o.n_threads = (int)threads;
     o.quant = quant;
     o.n_ctx = (int)(prompt + gen);
+    o.device = LMX_DEVICE_CPU; /* reads CPU backend internals; GPU: bench/gpu_bench.c */
     lmx_error err = {0};
     double t0 = now_s();
     lmx_model *m = lmx_load(dir, &o, &err);

@@ -1,17 +1,34 @@
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "args.h"
 #include "commands.h"
+#include "genopts.h"
 #include "lmx.h"
 
 int cmd_info(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: lmx info DIR\n");
+    const char *dir = NULL;
+    lmx_load_options opts = lmx_load_defaults();
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        if (!strcmp(argv[i], "--device")) {
+            if (!(v = args_value(argc, argv, &i)) || genopts_device(v, &opts.device))
+                return 2;
+        } else if (argv[i][0] == '-' || dir) {
+            dir = NULL;
+            break;
+        } else {
+            dir = argv[i];
+        }
+    }
+    if (!dir) {
+        fprintf(stderr, "usage: lmx info DIR [--device cpu|cuda]\n");
         return 2;
     }
     lmx_error err = {0};
-    lmx_model *m = lmx_load(argv[1], NULL, &err);
+    lmx_model *m = lmx_load(dir, &opts, &err);
     if (!m) {
         fprintf(stderr, "lmx: %s\n", err.message);
         return 1;

@@ -6,12 +6,14 @@
 
 #include "args.h"
 #include "commands.h"
+#include "genopts.h"
 #include "lmx.h"
 #include "safetensors.h"
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: lmx logits DIR --ids 1,2,3 --out FILE.safetensors [--decode] [--chunk N] [--threads T]\n");
+    fprintf(stderr, "usage: lmx logits DIR --ids 1,2,3 --out FILE.safetensors [--decode] [--chunk N] [--threads T]\n"
+                    "       [--device cpu|cuda]\n");
     return 2;
 }
 
@@ -19,7 +21,7 @@ int cmd_logits(int argc, char **argv)
 {
     const char *dir = NULL, *out = NULL, *ids_arg = NULL;
     long chunk = 0, threads = 0;
-    int decode = 0;
+    int decode = 0, device = LMX_DEVICE_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *v;
         if (!strcmp(argv[i], "--ids")) {
@@ -32,6 +34,9 @@ int cmd_logits(int argc, char **argv)
             decode = 1;
         } else if (!strcmp(argv[i], "--chunk")) {
             if (!(v = args_value(argc, argv, &i)) || args_int(v, 1, 1 << 20, "--chunk", &chunk))
+                return 2;
+        } else if (!strcmp(argv[i], "--device")) {
+            if (!(v = args_value(argc, argv, &i)) || genopts_device(v, &device))
                 return 2;
         } else if (!strcmp(argv[i], "--threads")) {
             if (!(v = args_value(argc, argv, &i)) || args_int(v, 0, 1024, "--threads", &threads))
@@ -54,6 +59,7 @@ int cmd_logits(int argc, char **argv)
     lmx_error err = {0};
     lmx_load_options opts = lmx_load_defaults();
     opts.n_threads = (int)threads;
+    opts.device = device;
     lmx_model *m = lmx_load(dir, &opts, &err);
     lmx_context *c = NULL;
     float *logits = NULL;

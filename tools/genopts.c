@@ -19,6 +19,7 @@ const char genopts_help[] =
     "  --ignore-eos          do not stop at end-of-sequence tokens\n"
     "  --no-thinking         Qwen3 chat: the empty think block (enable_thinking=false)\n"
     "  --threads T           CPU threads (default: all cores)\n"
+    "  --device D            cpu or cuda (default: cuda when built with it and a GPU is present)\n"
     "  --ctx N               context length (default: the model's, at most 4096)\n"
     "  --verbose             print stats to stderr\n";
 
@@ -74,6 +75,9 @@ int genopts_parse(genopts *g, int argc, char **argv, int *i)
         if (!VALUE() || args_int(v, 0, 1024, "--threads", &n))
             return -1;
         g->load.n_threads = (int)n;
+    } else if (!strcmp(a, "--device")) {
+        if (!VALUE() || genopts_device(v, &g->load.device))
+            return -1;
     } else if (!strcmp(a, "--ctx")) {
         if (!VALUE() || args_int(v, 1, 1 << 24, "--ctx", &n))
             return -1;
@@ -89,6 +93,21 @@ int genopts_parse(genopts *g, int argc, char **argv, int *i)
     }
 #undef VALUE
     return 1;
+}
+
+int genopts_device(const char *v, int *device)
+{
+    if (!strcmp(v, "cpu"))
+        *device = LMX_DEVICE_CPU;
+    else if (!strcmp(v, "cuda"))
+        *device = LMX_DEVICE_CUDA;
+    else if (!strcmp(v, "auto"))
+        *device = LMX_DEVICE_AUTO;
+    else {
+        fprintf(stderr, "lmx: --device '%s': want cpu, cuda or auto\n", v);
+        return -1;
+    }
+    return 0;
 }
 
 lmx_gen_config genopts_config(const genopts *g, const lmx_model *m)

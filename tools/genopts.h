@@ -25,6 +25,9 @@ int genopts_parse(genopts *g, int argc, char **argv, int *i);
 /* The generation config for the loaded model: its defaults, then the
  * user's values; the seed is random unless given. */
 lmx_gen_config genopts_config(const genopts *g, const lmx_model *m);
+/* Parses a --device value (cpu, cuda, auto) into an LMX_DEVICE_*; -1 with
+ * a message otherwise. */
+int genopts_device(const char *v, int *device);
 /* Help text for the shared options. */
 extern const char genopts_help[];
 /* Prints the stream's stats to stderr (for --verbose). */

@@ -1,0 +1,156 @@
+/* GPU numbers for one checkpoint (bench/gpu_bench.sh builds and runs it):
+ * device-to-device copy bandwidth, prefill tok/s for 512- and 4096-token
+ * prompts, decode tok/s at context 0 and at depth 4096, and the decode's
+ * effective bandwidth (weights read per token + KV cache read) against the
+ * copy bandwidth. Random token ids; timings are wall clock around
+ * lmx_context_eval, which returns with the logits on the host. */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "context.h"
+#include "lmx.h"
+#include "model.h"
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* Bytes read + written per second by cudaMemcpy of a 2 GiB buffer. */
+static double copy_bandwidth(void)
+{
+    size_t n = (size_t)2 << 30;
+    void *a = NULL, *b = NULL;
+    cudaEvent_t e0, e1;
+    if (cudaMalloc(&a, n) || cudaMalloc(&b, n) || cudaMemset(a, 1, n))
+        return 0;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(e0, 0);
+    for (int i = 0; i < 20; i++)
+        cudaMemcpy(i & 1 ? a : b, i & 1 ? b : a, n, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(e1, 0);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    cudaFree(a);
+    cudaFree(b);
+    return 20.0 * 2 * (double)n / (ms * 1e-3);
+}
+
+static void fail(const char *what, const lmx_error *err)
+{
+    fprintf(stderr, "gpu_bench: %s: %s\n", what, err->message);
+    exit(1);
+}
+
+static int32_t *random_ids(int n, int vocab)
+{
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    unsigned s = 12345;
+    for (int i = 0; i < n; i++) {
+        s = s * 1103515245u + 12345u;
+        ids[i] = (int32_t)((s >> 8) % (unsigned)(vocab < 100000 ? vocab : 100000));
+    }
+    return ids;
+}
+
+/* Prefill of n tokens in chunks of `chunk` rows: tok/s (best of 2). */
+static double prefill(lmx_model *m, int n, int chunk, float *logits)
+{
+    lmx_error err = {0};
+    int32_t *ids = random_ids(n, lmx_model_vocab_size(m));
+    lmx_context *c = lmx_context_new_chunked(m, n + 8, chunk, &err);
+    if (!c)
+        fail("context", &err);
+    double best = 0;
+    for (int rep = 0; rep < 2; rep++) {
+        lmx_context_truncate(c, 0, &err);
+        double t0 = now();
+        if (lmx_context_eval(c, ids, n, logits, 0, &err))
+            fail("prefill", &err);
+        double r = n / (now() - t0);
+        best = r > best ? r : best;
+    }
+    lmx_context_free(c);
+    free(ids);
+    return best;
+}
+
+/* Decode of `gen` tokens after `depth` tokens of context: tok/s. */
+static double decode(lmx_model *m, int depth, int gen, int chunk, float *logits)
+{
+    lmx_error err = {0};
+    int32_t *ids = random_ids(depth + gen + 4, lmx_model_vocab_size(m));
+    lmx_context *c = lmx_context_new_chunked(m, depth + gen + 8, chunk, &err);
+    if (!c)
+        fail("context", &err);
+    if (depth && lmx_context_eval(c, ids, depth, logits, 0, &err))
+        fail("prefill", &err);
+    /* two warm-up steps: the first runs eagerly, the second is recorded */
+    for (int i = 0; i < 2; i++)
+        if (lmx_context_eval(c, ids + depth + i, 1, logits, 0, &err))
+            fail("decode", &err);
+    double t0 = now();
+    for (int i = 0; i < gen; i++)
+        if (lmx_context_eval(c, ids + depth + 2 + i, 1, logits, 0, &err))
+            fail("decode", &err);
+    double r = gen / (now() - t0);
+    lmx_context_free(c);
+    free(ids);
+    return r;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: gpu_bench DIR [--chunk N] [--gen N]\n");
+        return 2;
+    }
+    int chunk = 512, gen = 64;
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--chunk"))
+            chunk = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--gen"))
+            gen = atoi(argv[i + 1]);
+    }
+    double bw = copy_bandwidth();
+    lmx_error err = {0};
+    lmx_load_options o = lmx_load_defaults();
+    o.device = LMX_DEVICE_CUDA;
+    o.n_ctx = 4096 + 256;
+    double t0 = now();
+    lmx_model *m = lmx_load(argv[1], &o, &err);
+    if (!m)
+        fail("load", &err);
+    double load_s = now() - t0;
+    const lmx_config *c = &m->cfg;
+    float *logits = malloc((size_t)c->vocab_size * sizeof(float));
+    /* bytes a decode step reads: every weight but the embedding table
+     * (one row), which the output head reads whole when tied */
+    double wbytes = (double)m->weight_bytes;
+    if (!c->tied_embeddings)
+        wbytes -= (double)c->vocab_size * c->hidden_size * 2;
+    double kv_row = 2.0 * c->n_kv_heads * c->head_dim * sizeof(float), kv4096 = 0;
+    for (int i = 0; i < c->n_layers; i++)
+        kv4096 += kv_row * (c->layers[i].window && c->layers[i].window < 4096 ? c->layers[i].window : 4096);
+    prefill(m, 64, chunk, logits); /* warm-up: module load, cuBLAS heuristics */
+    double p512 = prefill(m, 512, chunk, logits), p4096 = prefill(m, 4096, chunk, logits);
+    double d0 = decode(m, 0, gen, chunk, logits), d4096 = decode(m, 4096, gen, chunk, logits);
+    printf("model %s: %s, %.2f GB weights, loaded in %.1f s; copy bandwidth %.0f GB/s (read + write)\n", argv[1],
+           lmx_model_type(m), m->weight_bytes / 1e9, load_s, bw / 1e9);
+    printf("| prefill 512 | prefill 4096 | decode ctx 0 | decode depth 4096 | decode GB/s ctx 0 (vs copy) | "
+           "decode GB/s depth 4096 (vs copy) |\n");
+    printf("| %.0f | %.0f | %.1f | %.1f | %.0f (%.0f%%) | %.0f (%.0f%%) |\n", p512, p4096, d0, d4096,
+           d0 * wbytes / 1e9, 100 * d0 * wbytes / bw, d4096 * (wbytes + kv4096) / 1e9,
+           100 * d4096 * (wbytes + kv4096) / bw);
+    free(logits);
+    lmx_close(m);
+    return 0;
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# On the GPU machine (device tool): build, run test_cuda, then bench/gpu_bench
+# on synthetic bf16 checkpoints. Usage: bench/gpu_run.sh [MODEL...]
+# (models as in `lmx synth --like`; none = tests only). Logs go to $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/lmx-out}
+mkdir -p "$out"
+lmx_cmake_pc=()
+. bench/gpu_env.sh
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DLMX_WERROR=ON "${lmx_cmake_pc[@]}" >"$out/cmake.log" 2>&1 ||
+    { tail -30 "$out/cmake.log"; exit 1; }
+cmake --build build-gpu -j16 >"$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -30; exit 1; }
+(cd build-gpu && ctest -R test_cuda --output-on-failure) >"$out/test_cuda.log" 2>&1
+grep -E "relative error|worst|passed|failed|Skipped|CHECK" "$out/test_cuda.log" | head -40
+[ $# -gt 0 ] || exit 0
+libs=$(pkg-config --libs libcjson libpcre2-8 libutf8proc)
+gcc -O2 -Iinclude -Isrc -I/usr/local/cuda/include bench/gpu_bench.c build-gpu/liblmx.a $libs \
+    -L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 -lcublas -lcudart -lstdc++ -lpthread -lm -o build-gpu/gpu_bench || exit 1
+for m in "$@"; do
+    d=/tmp/lmx-synth/$m
+    [ -d "$d" ] || ./build-gpu/lmx synth --like "$m" "$d" >/dev/null || exit 1
+    ./build-gpu/gpu_bench "$d" 2>&1 | tee -a "$out/bench.log"
+done

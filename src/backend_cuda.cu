@@ -1,0 +1,1098 @@
+/* The CUDA backend: every op of backend.h on one stream of one device.
+ *
+ * Weights keep their stored dtype (bf16/f16/f32); activations and the KV
+ * cache are float32. Matmuls of up to GEMV_ROWS rows (decode) run a
+ * bandwidth-bound kernel that streams the weights once with 16-byte loads
+ * and accumulates in float32; larger ones (prefill) go to cuBLAS: bf16
+ * weights on tensor cores (activations rounded to bf16, float32
+ * accumulation), f32 weights in plain float32.
+ *
+ * Steps (backend.h step_begin/step_end): a one-token step is run eagerly
+ * the first time its (key, flags) is seen, captured as a CUDA graph the
+ * second time and replayed after that; positions and token ids live in
+ * device memory, so the recorded kernels read them at replay. */
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+extern "C" {
+#include "backend_cuda.h"
+}
+
+struct lmx_tensor {
+    int rows, cols;
+    lmx_dtype dtype; /* float32 for activations; the stored dtype for weights */
+    void *data;      /* device memory, owned */
+};
+
+namespace {
+
+enum { GEMV_ROWS = 8, MAX_IDS = 4096, SPLIT_KEYS = 256, MAX_GRAPHS = 16, MAX_ROPES = 8 };
+enum step_mode { NO_STEP, EAGER, CAPTURE, REPLAY };
+
+struct graph_entry {
+    const void *key;
+    int flags;
+    int seen;               /* steps run with this key */
+    cudaGraphExec_t exec;   /* NULL until captured */
+    unsigned long long sig; /* hash of the recorded op sequence */
+    unsigned long long used;
+};
+
+struct rope_table {
+    int head_dim;
+    float theta, factor;
+    float *inv; /* device, head_dim / 2 */
+};
+
+struct pending_read {
+    float *dst;
+    size_t off, bytes; /* in the pinned staging buffer */
+};
+
+struct cuda_backend {
+    lmx_backend base;
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    pthread_mutex_t lock; /* held from step_begin to step_end */
+
+    /* First failure since the last step_end (sticky until reported). */
+    lmx_status status;
+    char msg[400];
+
+    /* step state: position and ids in device memory, uploaded from pinned */
+    int *h_step, *d_step; /* [0] = pos0, [1..] = ids */
+    enum step_mode mode;
+    int step_rows, step_pos0;
+    graph_entry *cur;
+    unsigned long long sig;
+    graph_entry graphs[MAX_GRAPHS];
+    unsigned long long clock;
+
+    /* reads of one-token steps go through pinned staging, copied out in step_end */
+    char *staging;
+    size_t staging_cap, staging_used;
+    pending_read *reads;
+    int n_reads, reads_cap;
+
+    /* scratch, grown outside graph capture only */
+    __nv_bfloat16 *xbf;
+    size_t xbf_cap;
+    float *part;
+    size_t part_cap;
+
+    rope_table ropes[MAX_ROPES];
+    int n_ropes;
+};
+
+cuda_backend *cu(lmx_backend *be) { return (cuda_backend *)be; }
+
+/* Records the first failure; later ones are consequences. */
+void fail(cuda_backend *b, lmx_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void fail(cuda_backend *b, lmx_status code, const char *fmt, ...)
+{
+    if (b->status)
+        return;
+    b->status = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->msg, sizeof b->msg, fmt, ap);
+    va_end(ap);
+}
+
+bool ok(cuda_backend *b, cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return true;
+    fail(b, e == cudaErrorMemoryAllocation ? LMX_ERR_NOMEM : LMX_ERR_INTERNAL, "cuda: %s: %s", what,
+         cudaGetErrorString(e));
+    return false;
+}
+
+/* After a launch: configuration errors show up here. */
+void launched(cuda_backend *b, const char *what) { ok(b, cudaGetLastError(), what); }
+
+bool blas_ok(cuda_backend *b, cublasStatus_t s, const char *what)
+{
+    if (s == CUBLAS_STATUS_SUCCESS)
+        return true;
+    fail(b, LMX_ERR_INTERNAL, "cublas: %s: %s", what, cublasGetStatusString(s));
+    return false;
+}
+
+/* Replayed ops do nothing but fold their arguments into the step's
+ * signature, which must match the recording. */
+bool skip_op(cuda_backend *b, int op, const void *p0, const void *p1, const void *p2, long a, long c)
+{
+    if (b->mode == NO_STEP)
+        return false;
+    unsigned long long v[6] = {(unsigned long long)op, (unsigned long long)(uintptr_t)p0,
+                               (unsigned long long)(uintptr_t)p1, (unsigned long long)(uintptr_t)p2,
+                               (unsigned long long)a, (unsigned long long)c};
+    for (int i = 0; i < 6; i++)
+        b->sig = (b->sig ^ v[i]) * 0x100000001b3ull;
+    return b->mode == REPLAY;
+}
+
+/* Position base for a kernel: from device memory inside a step (so that a
+ * recording replays at any position), else the argument. */
+const int *step_pos(cuda_backend *b, int pos0)
+{
+    if (b->mode == NO_STEP)
+        return NULL;
+    if (pos0 != b->step_pos0)
+        fail(b, LMX_ERR_INTERNAL, "cuda: an op at position %d inside a step at %d", pos0, b->step_pos0);
+    return b->d_step;
+}
+
+/* Recordings hold raw pointers: after a buffer moves or a tensor is freed
+ * every step runs eagerly once more before it is recorded again. */
+void drop_graphs(cuda_backend *b)
+{
+    for (int i = 0; i < MAX_GRAPHS; i++) {
+        graph_entry *g = &b->graphs[i];
+        if (g->exec)
+            cudaGraphExecDestroy(g->exec);
+        g->exec = NULL;
+        g->seen = 0;
+    }
+}
+
+/* Grows a device scratch buffer; never during capture (eager runs of the
+ * same step come first and size it). */
+template <typename T> bool grow(cuda_backend *b, T **buf, size_t *cap, size_t n, const char *what)
+{
+    if (n <= *cap)
+        return true;
+    if (b->mode == CAPTURE) {
+        fail(b, LMX_ERR_INTERNAL, "cuda: %s scratch too small during graph capture", what);
+        return false;
+    }
+    if (!ok(b, cudaStreamSynchronize(b->stream), what))
+        return false;
+    drop_graphs(b);
+    cudaFree(*buf);
+    *buf = NULL;
+    *cap = 0;
+    if (!ok(b, cudaMalloc((void **)buf, n * sizeof(T)), what))
+        return false;
+    *cap = n;
+    return true;
+}
+
+/* Kernels ------------------------------------------------------------------ */
+
+__device__ __forceinline__ float load_w(const void *w, int dt, size_t i)
+{
+    switch (dt) {
+    case LMX_DT_BF16: return __bfloat162float(((const __nv_bfloat16 *)w)[i]);
+    case LMX_DT_F16: return __half2float(((const __half *)w)[i]);
+    default: return ((const float *)w)[i];
+    }
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__global__ void k_embed(float *out, const void *table, int dt, const int *ids, int cols, float scale)
+{
+    int i = blockIdx.y;
+    size_t row = (size_t)ids[i] * cols;
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
+        out[(size_t)i * cols + c] = load_w(table, dt, row + c) * scale;
+}
+
+/* One block per dim-long vector. */
+__global__ void k_rmsnorm(float *out, const float *x, const void *w, int dt, int dim, float eps, int plus_one)
+{
+    __shared__ float red[32];
+    const float *src = x + (size_t)blockIdx.x * dim;
+    float *dst = out + (size_t)blockIdx.x * dim;
+    float ss = 0;
+    for (int j = threadIdx.x; j < dim; j += blockDim.x)
+        ss += src[j] * src[j];
+    ss = warp_sum(ss);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    if (lane == 0)
+        red[warp] = ss;
+    __syncthreads();
+    if (warp == 0) {
+        ss = lane < nw ? red[lane] : 0;
+        ss = warp_sum(ss);
+        if (lane == 0)
+            red[0] = ss;
+    }
+    __syncthreads();
+    float r = 1.0f / sqrtf(red[0] / dim + eps);
+    for (int j = threadIdx.x; j < dim; j += blockDim.x) {
+        float wj = load_w(w, dt, j);
+        dst[j] = src[j] * r * (plus_one ? 1.0f + wj : wj);
+    }
+}
+
+/* 16 bytes of weights -> float. */
+template <typename W> struct wvec;
+template <> struct wvec<__nv_bfloat16> {
+    enum { N = 8 };
+    static __device__ __forceinline__ void cvt(uint4 u, float *f)
+    {
+        unsigned v[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            f[2 * i] = __uint_as_float(v[i] << 16);
+            f[2 * i + 1] = __uint_as_float(v[i] & 0xffff0000u);
+        }
+    }
+};
+template <> struct wvec<__half> {
+    enum { N = 8 };
+    static __device__ __forceinline__ void cvt(uint4 u, float *f)
+    {
+        unsigned v[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float2 p = __half22float2(*(const __half2 *)&v[i]);
+            f[2 * i] = p.x;
+            f[2 * i + 1] = p.y;
+        }
+    }
+};
+template <> struct wvec<float> {
+    enum { N = 4 };
+    static __device__ __forceinline__ void cvt(uint4 u, float *f)
+    {
+        f[0] = __uint_as_float(u.x);
+        f[1] = __uint_as_float(u.y);
+        f[2] = __uint_as_float(u.z);
+        f[3] = __uint_as_float(u.w);
+    }
+};
+
+enum { GEMV_WARPS = 4, GEMV_UNROLL = 4 };
+
+/* out[r, n] = x[r, :] . w[n, :] for r < nr <= R: one warp per weight row,
+ * GEMV_UNROLL 16-byte loads in flight per lane, weights streamed past L1
+ * (x stays cached), float32 accumulation. Needs K % wvec<W>::N == 0. */
+template <typename W, int R>
+__global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(float *__restrict__ out, const float *__restrict__ x,
+                                                          const W *__restrict__ w, int N, int K, int nr)
+{
+    constexpr int V = wvec<W>::N;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int n = blockIdx.x * GEMV_WARPS + warp;
+    if (n >= N)
+        return;
+    const uint4 *wr = (const uint4 *)(w + (size_t)n * K);
+    int nv = K / V;
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        acc[r] = 0;
+    int i = lane;
+    for (; i + 32 * (GEMV_UNROLL - 1) < nv; i += 32 * GEMV_UNROLL) {
+        uint4 u[GEMV_UNROLL];
+#pragma unroll
+        for (int j = 0; j < GEMV_UNROLL; j++)
+            u[j] = __ldcs(wr + i + 32 * j);
+#pragma unroll
+        for (int j = 0; j < GEMV_UNROLL; j++) {
+            float f[V];
+            wvec<W>::cvt(u[j], f);
+            int k = (i + 32 * j) * V;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (r < nr) {
+                    const float4 *xr = (const float4 *)(x + (size_t)r * K + k);
+#pragma unroll
+                    for (int q = 0; q < V / 4; q++) {
+                        float4 xv = __ldg(xr + q);
+                        acc[r] += f[4 * q] * xv.x + f[4 * q + 1] * xv.y + f[4 * q + 2] * xv.z + f[4 * q + 3] * xv.w;
+                    }
+                }
+            }
+        }
+    }
+    for (; i < nv; i += 32) {
+        float f[V];
+        wvec<W>::cvt(__ldcs(wr + i), f);
+        int k = i * V;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (r < nr) {
+                const float4 *xr = (const float4 *)(x + (size_t)r * K + k);
+#pragma unroll
+                for (int q = 0; q < V / 4; q++) {
+                    float4 xv = __ldg(xr + q);
+                    acc[r] += f[4 * q] * xv.x + f[4 * q + 1] * xv.y + f[4 * q + 2] * xv.z + f[4 * q + 3] * xv.w;
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        float s = warp_sum(acc[r]);
+        if (lane == 0 && r < nr)
+            out[(size_t)r * N + n] = s;
+    }
+}
+
+/* Any K, any alignment: one warp per (row of x, weight row). */
+__global__ void k_gemv_any(float *out, const float *x, const void *w, int dt, int N, int K)
+{
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int n = blockIdx.x * GEMV_WARPS + warp, r = blockIdx.y;
+    if (n >= N)
+        return;
+    float acc = 0;
+    for (int k = lane; k < K; k += 32)
+        acc += load_w(w, dt, (size_t)n * K + k) * x[(size_t)r * K + k];
+    acc = warp_sum(acc);
+    if (lane == 0)
+        out[(size_t)r * N + n] = acc;
+}
+
+__global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+/* Rotate-half RoPE: one thread per (row, head, pair). inv holds the
+ * float32 inverse frequencies computed on the host as the CPU backend does. */
+__global__ void k_rope(float *x, const float *inv, int cols, int head_dim, const int *dpos, int pos0, int n_rows)
+{
+    int half = head_dim / 2, n_heads = cols / head_dim;
+    size_t total = (size_t)n_rows * n_heads * half;
+    int base = dpos ? *dpos : pos0;
+    for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < total; t += (size_t)gridDim.x * blockDim.x) {
+        int k = (int)(t % half);
+        size_t hh = t / half;
+        int h = (int)(hh % n_heads), i = (int)(hh / n_heads);
+        float a = (float)(base + i) * inv[k];
+        float c = cosf(a), s = sinf(a);
+        float *v = x + (size_t)i * cols + (size_t)h * head_dim;
+        float p = v[k], q = v[k + half];
+        v[k] = p * c - q * s;
+        v[k + half] = q * c + p * s;
+    }
+}
+
+__global__ void k_kv_write(float *kc, float *vc, const float *k, const float *v, int cols, int slots,
+                           const int *dpos, int pos0, int n_rows)
+{
+    int base = dpos ? *dpos : pos0;
+    size_t total = (size_t)n_rows * cols;
+    for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < total; t += (size_t)gridDim.x * blockDim.x) {
+        int i = (int)(t / cols), c = (int)(t % cols);
+        size_t slot = (size_t)((base + i) % slots);
+        kc[slot * cols + c] = k[t];
+        vc[slot * cols + c] = v[t];
+    }
+}
+
+enum { ATTN_WARPS = 4 };
+
+/* Causal attention, one block per (head, query row, split of the keys).
+ * Each warp walks every ATTN_WARPS-th key with an online softmax; the
+ * warps merge in shared memory. With one split the block writes the output,
+ * else (m, l, acc) of its split for k_attn_merge (split-K flash decoding).
+ * D = head_dim / 32 rounded up: each lane holds D dimensions. */
+template <int D>
+__global__ void __launch_bounds__(ATTN_WARPS * 32)
+    k_attn(float *out, float *part, const float *q, const float *kc, const float *vc, int slots, int H, int KVH,
+           int hd, int window, float scale, float softcap, const int *dpos, int pos0, int split_keys)
+{
+    extern __shared__ float sh[]; /* ATTN_WARPS * (hd + 2) */
+    int h = blockIdx.x, i = blockIdx.y, s = blockIdx.z, nsplit = gridDim.z;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int pos = (dpos ? *dpos : pos0) + i;
+    int lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+    int t0 = nsplit > 1 ? lo + s * split_keys : lo;
+    int t1 = nsplit > 1 ? min(pos + 1, t0 + split_keys) : pos + 1;
+    int kvh = h / (H / KVH);
+    size_t kvs = (size_t)KVH * hd;
+    const float *qr = q + ((size_t)i * H + h) * hd;
+    float qv[D], acc[D];
+#pragma unroll
+    for (int j = 0; j < D; j++) {
+        int d = lane + 32 * j;
+        qv[j] = d < hd ? qr[d] : 0;
+        acc[j] = 0;
+    }
+    float m = -INFINITY, l = 0;
+    for (int t = t0 + warp; t < t1; t += ATTN_WARPS) {
+        size_t off = (size_t)(t % slots) * kvs + (size_t)kvh * hd;
+        const float *kr = kc + off, *vr = vc + off;
+        float dot = 0;
+#pragma unroll
+        for (int j = 0; j < D; j++) {
+            int d = lane + 32 * j;
+            if (d < hd)
+                dot += qv[j] * kr[d];
+        }
+        float sc = warp_sum(dot) * scale;
+        if (softcap > 0)
+            sc = softcap * tanhf(sc / softcap);
+        if (sc > m) {
+            float r = expf(m - sc);
+            l *= r;
+#pragma unroll
+            for (int j = 0; j < D; j++)
+                acc[j] *= r;
+            m = sc;
+        }
+        float e = expf(sc - m);
+        l += e;
+#pragma unroll
+        for (int j = 0; j < D; j++) {
+            int d = lane + 32 * j;
+            if (d < hd)
+                acc[j] += e * vr[d];
+        }
+    }
+    float *mine = sh + warp * (hd + 2);
+#pragma unroll
+    for (int j = 0; j < D; j++) {
+        int d = lane + 32 * j;
+        if (d < hd)
+            mine[d] = acc[j];
+    }
+    if (lane == 0) {
+        mine[hd] = m;
+        mine[hd + 1] = l;
+    }
+    __syncthreads();
+    float M = -INFINITY;
+    for (int w = 0; w < ATTN_WARPS; w++)
+        M = fmaxf(M, sh[w * (hd + 2) + hd]);
+    float L = 0, wt[ATTN_WARPS];
+    for (int w = 0; w < ATTN_WARPS; w++) {
+        float mw = sh[w * (hd + 2) + hd];
+        wt[w] = mw == -INFINITY ? 0.0f : expf(mw - M);
+        L += wt[w] * sh[w * (hd + 2) + hd + 1];
+    }
+    float *dst = nsplit > 1 ? part + (((size_t)i * H + h) * nsplit + s) * (hd + 2) : out + ((size_t)i * H + h) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float a = 0;
+        for (int w = 0; w < ATTN_WARPS; w++)
+            a += wt[w] * sh[w * (hd + 2) + d];
+        dst[d] = nsplit > 1 ? a : a / L;
+    }
+    if (nsplit > 1 && threadIdx.x == 0) {
+        dst[hd] = M;
+        dst[hd + 1] = L;
+    }
+}
+
+/* Merges the splits of k_attn: one block per (head, query row). */
+__global__ void k_attn_merge(float *out, const float *part, int H, int hd, int nsplit)
+{
+    int h = blockIdx.x, i = blockIdx.y;
+    const float *p = part + ((size_t)i * H + h) * nsplit * (hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < nsplit; s++)
+        M = fmaxf(M, p[s * (hd + 2) + hd]);
+    float L = 0;
+    for (int s = 0; s < nsplit; s++) {
+        float ms = p[s * (hd + 2) + hd];
+        if (ms != -INFINITY)
+            L += expf(ms - M) * p[s * (hd + 2) + hd + 1];
+    }
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float a = 0;
+        for (int s = 0; s < nsplit; s++) {
+            float ms = p[s * (hd + 2) + hd];
+            if (ms != -INFINITY)
+                a += expf(ms - M) * p[s * (hd + 2) + d];
+        }
+        out[((size_t)i * H + h) * hd + d] = a / L;
+    }
+}
+
+__global__ void k_gated_act(float *g, const float *u, size_t n, int gelu)
+{
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float x = g[i];
+        float a = gelu ? 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x))) : x / (1.0f + expf(-x));
+        g[i] = a * u[i];
+    }
+}
+
+__global__ void k_add(float *x, const float *y, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] += y[i];
+}
+
+__global__ void k_softcap(float *x, size_t n, float cap)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] = cap * tanhf(x[i] / cap);
+}
+
+/* Blocks for a grid-stride loop over n elements. */
+unsigned blocks_for(size_t n, int threads)
+{
+    size_t b = (n + threads - 1) / threads;
+    return b < 1 ? 1 : b > 65535 ? 65535 : (unsigned)b;
+}
+
+/* Tensors ------------------------------------------------------------------ */
+
+
+lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, lmx_error *err)
+{
+    cuda_backend *b = cu(be);
+    if (t->dtype != LMX_DT_F32 && t->dtype != LMX_DT_BF16 && t->dtype != LMX_DT_F16) {
+        lmx_fail(err, LMX_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; weights must be F32, F16 or BF16",
+                 t->file, t->name, lmx_dtype_name(t->dtype));
+        return NULL;
+    }
+    int64_t rows = t->ndim >= 2 ? t->shape[0] : 1, cols = 1;
+    for (int d = t->ndim >= 2 ? 1 : 0; d < t->ndim; d++)
+        cols *= t->shape[d];
+    if (rows > INT32_MAX || cols > INT32_MAX) {
+        lmx_fail(err, LMX_ERR_UNSUPPORTED, "%s: tensor '%s' is too large", t->file, t->name);
+        return NULL;
+    }
+    lmx_tensor *w = (lmx_tensor *)calloc(1, sizeof *w);
+    if (!w) {
+        lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    *w = lmx_tensor{(int)rows, (int)cols, t->dtype, NULL};
+    cudaError_t e = cudaMalloc(&w->data, t->nbytes ? t->nbytes : 1);
+    if (e == cudaSuccess) /* on the backend's stream: ordered before every kernel */
+        e = cudaMemcpyAsync(w->data, t->data, t->nbytes, cudaMemcpyHostToDevice, b->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(b->stream);
+    if (e != cudaSuccess) {
+        cudaFree(w->data);
+        free(w);
+        lmx_fail(err, e == cudaErrorMemoryAllocation ? LMX_ERR_NOMEM : LMX_ERR_INTERNAL,
+                 "%s: cannot upload tensor '%s' (%zu bytes) to the GPU: %s", t->file, t->name, t->nbytes,
+                 cudaGetErrorString(e));
+        return NULL;
+    }
+    return w;
+}
+
+lmx_tensor *cuda_alloc(lmx_backend *be, int rows, int cols, lmx_error *err)
+{
+    lmx_tensor *t = (lmx_tensor *)calloc(1, sizeof *t);
+    size_t bytes = (size_t)rows * (size_t)cols * sizeof(float);
+    cudaError_t e = t ? cudaMalloc(&t->data, bytes ? bytes : 1) : cudaErrorMemoryAllocation;
+    if (e == cudaSuccess)
+        e = cudaMemsetAsync(t->data, 0, bytes, cu(be)->stream);
+    if (e != cudaSuccess) {
+        if (t)
+            cudaFree(t->data);
+        free(t);
+        lmx_fail(err, e == cudaErrorMemoryAllocation ? LMX_ERR_NOMEM : LMX_ERR_INTERNAL,
+                 "cuda: cannot allocate a %d x %d activation tensor: %s", rows, cols, cudaGetErrorString(e));
+        return NULL;
+    }
+    t->rows = rows;
+    t->cols = cols;
+    t->dtype = LMX_DT_F32;
+    return t;
+}
+
+void cuda_free(lmx_backend *be, lmx_tensor *t)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&cu(be)->lock);
+    drop_graphs(cu(be));
+    pthread_mutex_unlock(&cu(be)->lock);
+    cudaFree(t->data);
+    free(t);
+}
+
+float *f32(const lmx_tensor *t) { return (float *)t->data; }
+
+/* Ops ---------------------------------------------------------------------- */
+
+enum { OP_EMBED = 1, OP_RMSNORM, OP_MATMUL, OP_ROPE, OP_KV, OP_ATTN, OP_ACT, OP_ADD, OP_CAP, OP_COPY, OP_READ };
+
+void cuda_embed(lmx_backend *be, lmx_tensor *out, const lmx_tensor *table, const int32_t *ids, int n_rows,
+                float scale)
+{
+    cuda_backend *b = cu(be);
+    if (skip_op(b, OP_EMBED, out, table, NULL, n_rows, (long)(scale * 1e6f)))
+        return;
+    const int *d_ids = b->d_step + 1;
+    if (b->mode == NO_STEP) { /* ids come with the step otherwise */
+        if (n_rows > MAX_IDS) {
+            fail(b, LMX_ERR_INTERNAL, "cuda: embed of %d rows (at most %d)", n_rows, MAX_IDS);
+            return;
+        }
+        if (!ok(b, cudaMemcpyAsync(b->d_step + 1, ids, (size_t)n_rows * sizeof *ids, cudaMemcpyHostToDevice, b->stream),
+                "embed ids"))
+            return;
+    }
+    dim3 grid(blocks_for((size_t)out->cols, 256) < 64 ? blocks_for((size_t)out->cols, 256) : 64, n_rows);
+    k_embed<<<grid, 256, 0, b->stream>>>(f32(out), table->data, table->dtype, d_ids, out->cols, scale);
+    launched(b, "embed");
+}
+
+void cuda_rmsnorm(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, const lmx_tensor *w, int n_rows, float eps,
+                  int plus_one)
+{
+    cuda_backend *b = cu(be);
+    if (skip_op(b, OP_RMSNORM, out, x, w, n_rows, plus_one))
+        return;
+    int dim = w->cols;
+    size_t n_vec = (size_t)n_rows * (size_t)x->cols / (size_t)dim;
+    if (!n_vec)
+        return;
+    int threads = dim >= 1024 ? 1024 : dim >= 256 ? 256 : dim > 64 ? 128 : 64;
+    k_rmsnorm<<<(unsigned)n_vec, threads, 0, b->stream>>>(f32(out), f32(x), w->data, w->dtype, dim, eps, plus_one);
+    launched(b, "rmsnorm");
+}
+
+template <typename W> void gemv_launch(cuda_backend *b, float *out, const float *x, const W *w, int N, int K, int nr)
+{
+    unsigned grid = (unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS);
+    int th = GEMV_WARPS * 32;
+    if (nr <= 1)
+        k_gemv<W, 1><<<grid, th, 0, b->stream>>>(out, x, w, N, K, nr);
+    else if (nr <= 2)
+        k_gemv<W, 2><<<grid, th, 0, b->stream>>>(out, x, w, N, K, nr);
+    else if (nr <= 4)
+        k_gemv<W, 4><<<grid, th, 0, b->stream>>>(out, x, w, N, K, nr);
+    else
+        k_gemv<W, 8><<<grid, th, 0, b->stream>>>(out, x, w, N, K, nr);
+}
+
+/* Up to GEMV_ROWS rows of x against w, bandwidth-bound. */
+void gemv(cuda_backend *b, float *out, const float *x, const lmx_tensor *w, int nr)
+{
+    int N = w->rows, K = w->cols;
+    int vec = w->dtype == LMX_DT_F32 ? 4 : 8;
+    if (K % vec == 0) {
+        if (w->dtype == LMX_DT_BF16)
+            gemv_launch(b, out, x, (const __nv_bfloat16 *)w->data, N, K, nr);
+        else if (w->dtype == LMX_DT_F16)
+            gemv_launch(b, out, x, (const __half *)w->data, N, K, nr);
+        else
+            gemv_launch(b, out, x, (const float *)w->data, N, K, nr);
+    } else {
+        dim3 grid((unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS), nr);
+        k_gemv_any<<<grid, GEMV_WARPS * 32, 0, b->stream>>>(out, x, w->data, w->dtype, N, K);
+    }
+    launched(b, "matmul (gemv)");
+}
+
+void cuda_matmul(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, const lmx_tensor *w, int n_rows)
+{
+    cuda_backend *b = cu(be);
+    if (skip_op(b, OP_MATMUL, out, x, w, n_rows, 0))
+        return;
+    int N = w->rows, K = w->cols;
+    if (x->cols != K || out->cols != N) {
+        fail(b, LMX_ERR_INTERNAL, "cuda: matmul of [%d, %d] by [%d, %d]^T into %d columns", n_rows, x->cols, N, K,
+             out->cols);
+        return;
+    }
+    if (n_rows <= GEMV_ROWS || w->dtype == LMX_DT_F16) {
+        /* f16 weights: no tensor-core path (float16 activations could
+         * overflow), so GEMV_ROWS rows at a time */
+        for (int r = 0; r < n_rows; r += GEMV_ROWS) {
+            int nr = n_rows - r < GEMV_ROWS ? n_rows - r : GEMV_ROWS;
+            gemv(b, f32(out) + (size_t)r * N, f32(x) + (size_t)r * K, w, nr);
+        }
+        return;
+    }
+    if (!blas_ok(b, cublasSetStream(b->blas, b->stream), "set stream"))
+        return;
+    const float one = 1.0f, zero = 0.0f;
+    if (w->dtype == LMX_DT_F32) {
+        blas_ok(b,
+                cublasSgemm(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n_rows, K, &one, f32(w), K, f32(x), K, &zero,
+                            f32(out), N),
+                "sgemm");
+        return;
+    }
+    size_t n = (size_t)n_rows * K;
+    if (!grow(b, &b->xbf, &b->xbf_cap, n, "bf16 activations"))
+        return;
+    k_to_bf16<<<blocks_for(n, 256), 256, 0, b->stream>>>(b->xbf, f32(x), n);
+    launched(b, "to bf16");
+    /* column-major view: out^T [N, n] = W [K, N]^T . X^T [K, n] */
+    blas_ok(b,
+            cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n_rows, K, &one, w->data, CUDA_R_16BF, K, b->xbf,
+                         CUDA_R_16BF, K, &zero, f32(out), CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            "gemm bf16");
+}
+
+/* The inverse frequencies of (head_dim, rope), computed on the host exactly
+ * as the CPU backend does, uploaded once. */
+const float *rope_inv(cuda_backend *b, int head_dim, lmx_rope rope)
+{
+    for (int i = 0; i < b->n_ropes; i++) {
+        rope_table *r = &b->ropes[i];
+        if (r->head_dim == head_dim && r->theta == rope.theta && r->factor == rope.factor)
+            return r->inv;
+    }
+    if (b->n_ropes == MAX_ROPES || b->mode == CAPTURE) {
+        fail(b, LMX_ERR_INTERNAL, "cuda: no room for another RoPE table");
+        return NULL;
+    }
+    int half = head_dim / 2;
+    float inv[LMX_MAX_HEAD_DIM / 2];
+    for (int i = 0; i < half; i++) {
+        float e = (float)(2 * i) / (float)head_dim;
+        inv[i] = 1.0f / powf(rope.theta, e);
+        if (rope.factor != 1.0f)
+            inv[i] /= rope.factor;
+    }
+    rope_table *r = &b->ropes[b->n_ropes];
+    if (!ok(b, cudaMalloc((void **)&r->inv, (size_t)(half ? half : 1) * sizeof(float)), "rope table") ||
+        !ok(b, cudaMemcpy(r->inv, inv, (size_t)half * sizeof(float), cudaMemcpyHostToDevice), "rope table"))
+        return NULL;
+    r->head_dim = head_dim;
+    r->theta = rope.theta;
+    r->factor = rope.factor;
+    b->n_ropes++;
+    return r->inv;
+}
+
+void cuda_rope(lmx_backend *be, lmx_tensor *x, int n_rows, int head_dim, int pos0, lmx_rope rope)
+{
+    cuda_backend *b = cu(be);
+    if (skip_op(b, OP_ROPE, x, NULL, NULL, n_rows, head_dim))
+        return;
+    const float *inv = rope_inv(b, head_dim, rope);
+    if (!inv)
+        return;
+    size_t total = (size_t)n_rows * (x->cols / head_dim) * (head_dim / 2);
+    k_rope<<<blocks_for(total, 256), 256, 0, b->stream>>>(f32(x), inv, x->cols, head_dim, step_pos(b, pos0), pos0,
+                                                          n_rows);
+    launched(b, "rope");
+}
+
+void cuda_kv_write(lmx_backend *be, lmx_tensor *kc, lmx_tensor *vc, const lmx_tensor *k, const lmx_tensor *v,
+                   int n_rows, int pos0)
+{
+    cuda_backend *b = cu(be);
+    if (skip_op(b, OP_KV, kc, vc, k, n_rows, (long)(uintptr_t)v))
+        return;
+    size_t total = (size_t)n_rows * k->cols;
+    k_kv_write<<<blocks_for(total, 256), 256, 0, b->stream>>>(f32(kc), f32(vc), f32(k), f32(v), k->cols, kc->rows,
+                                                              step_pos(b, pos0), pos0, n_rows);
+    launched(b, "kv_write");
+}
+
+void cuda_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const lmx_tensor *kc,
+                    const lmx_tensor *vc, const lmx_attn_params *p)
+{
+    cuda_backend *b = cu(be);
+    if (skip_op(b, OP_ATTN, out, q, kc, p->n_rows, (long)(uintptr_t)vc))
+        return;
+    int hd = p->head_dim, D = (hd + 31) / 32;
+    if (D > 32 || p->n_heads % p->n_kv_heads) {
+        fail(b, LMX_ERR_UNSUPPORTED, "cuda: attention with head_dim %d, %d heads over %d", hd, p->n_heads,
+             p->n_kv_heads);
+        return;
+    }
+    /* Decode: the keys split in SPLIT_KEYS-long pieces, as many as the cache
+     * could ever need, so the grid does not depend on the position. */
+    int nsplit = p->n_rows <= GEMV_ROWS ? (kc->rows + SPLIT_KEYS - 1) / SPLIT_KEYS : 1;
+    if (nsplit > 1 &&
+        !grow(b, &b->part, &b->part_cap, (size_t)p->n_rows * p->n_heads * nsplit * (hd + 2), "attention splits"))
+        return;
+    dim3 grid(p->n_heads, p->n_rows, nsplit);
+    size_t shm = (size_t)ATTN_WARPS * (hd + 2) * sizeof(float);
+    const int *dpos = step_pos(b, p->pos0);
+#define ATTN(DD)                                                                                                   \
+    k_attn<DD><<<grid, ATTN_WARPS * 32, shm, b->stream>>>(f32(out), b->part, f32(q), f32(kc), f32(vc), kc->rows,    \
+                                                          p->n_heads, p->n_kv_heads, hd, p->window, p->scale,       \
+                                                          p->softcap, dpos, p->pos0, SPLIT_KEYS)
+    if (D <= 2)
+        ATTN(2);
+    else if (D <= 4)
+        ATTN(4);
+    else if (D <= 8)
+        ATTN(8);
+    else if (D <= 16)
+        ATTN(16);
+    else
+        ATTN(32);
+#undef ATTN
+    launched(b, "attention");
+    if (nsplit > 1) {
+        k_attn_merge<<<dim3(p->n_heads, p->n_rows), hd < 1024 ? ((hd + 31) / 32) * 32 : 1024, 0, b->stream>>>(
+            f32(out), b->part, p->n_heads, hd, nsplit);
+        launched(b, "attention merge");
+    }
+}
+
+void cuda_gated_act(lmx_backend *be, lmx_tensor *gate, const lmx_tensor *up, int n_rows, lmx_activation act)
+{
+    cuda_backend *b = cu(be);
+    if (skip_op(b, OP_ACT, gate, up, NULL, n_rows, act))
+        return;
+    size_t n = (size_t)n_rows * gate->cols;
+    k_gated_act<<<blocks_for(n, 256), 256, 0, b->stream>>>(f32(gate), f32(up), n, act == LMX_ACT_GELU_TANH);
+    launched(b, "gated_act");
+}
+
+void cuda_add(lmx_backend *be, lmx_tensor *x, const lmx_tensor *y, int n_rows)
+{
+    cuda_backend *b = cu(be);
+    if (skip_op(b, OP_ADD, x, y, NULL, n_rows, 0))
+        return;
+    size_t n = (size_t)n_rows * x->cols;
+    k_add<<<blocks_for(n, 256), 256, 0, b->stream>>>(f32(x), f32(y), n);
+    launched(b, "add");
+}
+
+void cuda_softcap(lmx_backend *be, lmx_tensor *x, int n_rows, float cap)
+{
+    cuda_backend *b = cu(be);
+    if (skip_op(b, OP_CAP, x, NULL, NULL, n_rows, (long)(cap * 1e6f)))
+        return;
+    size_t n = (size_t)n_rows * x->cols;
+    k_softcap<<<blocks_for(n, 256), 256, 0, b->stream>>>(f32(x), n, cap);
+    launched(b, "softcap");
+}
+
+void cuda_copy_rows(lmx_backend *be, lmx_tensor *dst, int dst_row, const lmx_tensor *src, int src_row, int n_rows)
+{
+    cuda_backend *b = cu(be);
+    if (skip_op(b, OP_COPY, dst, src, NULL, n_rows, (long)dst_row * 1000003 + src_row))
+        return;
+    ok(b,
+       cudaMemcpyAsync(f32(dst) + (size_t)dst_row * dst->cols, f32(src) + (size_t)src_row * src->cols,
+                       (size_t)n_rows * src->cols * sizeof(float), cudaMemcpyDeviceToDevice, b->stream),
+       "copy_rows");
+}
+
+/* Inside a graphable step: into pinned staging now, out to dst in step_end.
+ * Otherwise straight to dst. */
+void cuda_read(lmx_backend *be, float *dst, const lmx_tensor *src, int row0, int n_rows)
+{
+    cuda_backend *b = cu(be);
+    size_t bytes = (size_t)n_rows * src->cols * sizeof(float);
+    const float *from = f32(src) + (size_t)row0 * src->cols;
+    bool skip = skip_op(b, OP_READ, src, NULL, NULL, n_rows, row0);
+    if (b->mode == NO_STEP || (b->mode == EAGER && !b->cur)) {
+        ok(b, cudaMemcpyAsync(dst, from, bytes, cudaMemcpyDeviceToHost, b->stream), "read");
+        ok(b, cudaStreamSynchronize(b->stream), "read");
+        return;
+    }
+    if (b->staging_used + bytes > b->staging_cap) {
+        if (b->mode != EAGER) {
+            fail(b, LMX_ERR_INTERNAL, "cuda: read staging too small during a recorded step");
+            return;
+        }
+        /* grow: earlier reads of this step are already staged, keep them */
+        size_t cap = (b->staging_used + bytes) * 2;
+        char *nb = NULL;
+        if (!ok(b, cudaStreamSynchronize(b->stream), "read") || !ok(b, cudaMallocHost((void **)&nb, cap), "read staging"))
+            return;
+        if (b->staging_used)
+            memcpy(nb, b->staging, b->staging_used);
+        drop_graphs(b);
+        cudaFreeHost(b->staging);
+        b->staging = nb;
+        b->staging_cap = cap;
+    }
+    if (b->n_reads == b->reads_cap) {
+        int cap = b->reads_cap ? 2 * b->reads_cap : 8;
+        pending_read *nr = (pending_read *)realloc(b->reads, (size_t)cap * sizeof *nr);
+        if (!nr) {
+            fail(b, LMX_ERR_NOMEM, "out of memory");
+            return;
+        }
+        b->reads = nr;
+        b->reads_cap = cap;
+    }
+    b->reads[b->n_reads++] = pending_read{dst, b->staging_used, bytes};
+    size_t off = b->staging_used;
+    b->staging_used += bytes;
+    if (!skip)
+        ok(b, cudaMemcpyAsync(b->staging + off, from, bytes, cudaMemcpyDeviceToHost, b->stream), "read");
+}
+
+/* Steps -------------------------------------------------------------------- */
+
+graph_entry *find_graph(cuda_backend *b, const void *key, int flags)
+{
+    graph_entry *lru = &b->graphs[0];
+    for (int i = 0; i < MAX_GRAPHS; i++) {
+        graph_entry *g = &b->graphs[i];
+        if (g->seen && g->key == key && g->flags == flags)
+            return g;
+        if (g->used < lru->used)
+            lru = g;
+    }
+    if (lru->exec)
+        cudaGraphExecDestroy(lru->exec);
+    *lru = graph_entry{key, flags, 0, NULL, 0, 0};
+    return lru;
+}
+
+void cuda_step_begin(lmx_backend *be, const void *key, int flags, const int32_t *ids, int n_rows, int pos0)
+{
+    cuda_backend *b = cu(be);
+    pthread_mutex_lock(&b->lock);
+    cudaSetDevice(b->device); /* per thread: streams may come from many threads */
+    b->mode = EAGER;
+    b->cur = NULL;
+    b->sig = 0xcbf29ce484222325ull;
+    b->step_rows = n_rows;
+    b->step_pos0 = pos0;
+    b->staging_used = 0;
+    b->n_reads = 0;
+    if (n_rows > MAX_IDS) {
+        fail(b, LMX_ERR_INTERNAL, "cuda: a step of %d rows (at most %d)", n_rows, MAX_IDS);
+        return;
+    }
+    /* The previous step ended with a synchronize, so h_step is free. */
+    b->h_step[0] = pos0;
+    memcpy(b->h_step + 1, ids, (size_t)n_rows * sizeof *ids);
+    if (!ok(b, cudaMemcpyAsync(b->d_step, b->h_step, (size_t)(n_rows + 1) * sizeof(int), cudaMemcpyHostToDevice,
+                               b->stream),
+            "step upload"))
+        return;
+    if (n_rows != 1 || getenv("LMX_CUDA_NO_GRAPH"))
+        return;
+    graph_entry *g = find_graph(b, key, flags);
+    g->used = ++b->clock;
+    b->cur = g;
+    if (g->exec)
+        b->mode = REPLAY;
+    else if (g->seen >= 1 && !b->status &&
+             ok(b, cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal), "begin capture"))
+        b->mode = CAPTURE;
+}
+
+lmx_status cuda_step_end(lmx_backend *be, lmx_error *err)
+{
+    cuda_backend *b = cu(be);
+    graph_entry *g = b->cur;
+    if (b->mode == CAPTURE) {
+        cudaGraph_t graph = NULL;
+        if (ok(b, cudaStreamEndCapture(b->stream, &graph), "end capture") && !b->status &&
+            ok(b, cudaGraphInstantiate(&g->exec, graph, 0), "instantiate graph"))
+            g->sig = b->sig;
+        if (graph)
+            cudaGraphDestroy(graph);
+    }
+    if (b->mode == REPLAY && g->sig != b->sig)
+        fail(b, LMX_ERR_INTERNAL, "cuda: a step differs from its recording");
+    if ((b->mode == CAPTURE || b->mode == REPLAY) && !b->status)
+        ok(b, cudaGraphLaunch(g->exec, b->stream), "graph launch");
+    ok(b, cudaStreamSynchronize(b->stream), "step");
+    if (!b->status)
+        for (int i = 0; i < b->n_reads; i++)
+            memcpy(b->reads[i].dst, b->staging + b->reads[i].off, b->reads[i].bytes);
+    if (g && !b->status)
+        g->seen++;
+    if (g && b->status && g->exec) { /* never replay a recording that failed */
+        cudaGraphExecDestroy(g->exec);
+        g->exec = NULL;
+    }
+    b->mode = NO_STEP;
+    b->cur = NULL;
+    lmx_status st = b->status;
+    if (st) {
+        lmx_fail(err, st, "%s", b->msg);
+        b->status = LMX_OK;
+        b->msg[0] = 0;
+    }
+    pthread_mutex_unlock(&b->lock);
+    return st;
+}
+
+void cuda_destroy(lmx_backend *be)
+{
+    cuda_backend *b = cu(be);
+    if (!b)
+        return;
+    drop_graphs(b);
+    for (int i = 0; i < b->n_ropes; i++)
+        cudaFree(b->ropes[i].inv);
+    cudaFree(b->xbf);
+    cudaFree(b->part);
+    cudaFree(b->d_step);
+    cudaFreeHost(b->h_step);
+    cudaFreeHost(b->staging);
+    free(b->reads);
+    if (b->blas)
+        cublasDestroy(b->blas);
+    if (b->stream)
+        cudaStreamDestroy(b->stream);
+    pthread_mutex_destroy(&b->lock);
+    free(b);
+}
+
+const lmx_backend_ops cuda_ops = {
+    "cuda",         cuda_destroy,   cuda_weight,     cuda_alloc,   cuda_free,      cuda_embed,
+    cuda_rmsnorm,   cuda_matmul,    cuda_rope,       cuda_kv_write, cuda_attention, cuda_gated_act,
+    cuda_add,       cuda_softcap,   cuda_copy_rows,  cuda_read,    cuda_step_begin, cuda_step_end,
+};
+
+} // namespace
+
+extern "C" int lmx_backend_cuda_available(void)
+{
+    if (access("/dev/nvidiactl", F_OK) != 0 && access("/dev/dxg", F_OK) != 0)
+        return 0;
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+extern "C" lmx_backend *lmx_backend_cuda_new(int device, lmx_error *err)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n <= device) {
+        lmx_fail(err, LMX_ERR_UNSUPPORTED, "lmx_load: device cuda: no usable CUDA device %d (%s)", device,
+                 e != cudaSuccess ? cudaGetErrorString(e) : "not that many devices");
+        return NULL;
+    }
+    cuda_backend *b = (cuda_backend *)calloc(1, sizeof *b);
+    if (!b) {
+        lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    b->base.ops = &cuda_ops;
+    b->device = device;
+    pthread_mutex_init(&b->lock, NULL);
+    const char *what = "set device";
+    e = cudaSetDevice(device);
+    if (e == cudaSuccess && (what = "create stream", e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking)) == cudaSuccess &&
+        (what = "step buffer", e = cudaMallocHost((void **)&b->h_step, (MAX_IDS + 1) * sizeof(int))) == cudaSuccess)
+        what = "step buffer", e = cudaMalloc((void **)&b->d_step, (MAX_IDS + 1) * sizeof(int));
+    if (e != cudaSuccess) {
+        lmx_fail(err, LMX_ERR_UNSUPPORTED, "lmx_load: device cuda: %s: %s", what, cudaGetErrorString(e));
+        cuda_destroy(&b->base);
+        return NULL;
+    }
+    cublasStatus_t s = cublasCreate(&b->blas);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        b->blas = NULL;
+        lmx_fail(err, LMX_ERR_UNSUPPORTED, "lmx_load: device cuda: cublasCreate: %s", cublasGetStatusString(s));
+        cuda_destroy(&b->base);
+        return NULL;
+    }
+    return &b->base;
+}

@@ -1,0 +1,35 @@
+/* The CUDA backend (docs/cuda.md): weights uploaded once in their stored
+ * dtype, float32 activations and KV cache on the device, decode steps
+ * recorded once as CUDA graphs and replayed, prefill matmuls on tensor
+ * cores (cuBLAS). Without LMX_HAVE_CUDA the functions below say so. */
+#ifndef LMX_BACKEND_CUDA_H
+#define LMX_BACKEND_CUDA_H
+
+#include "backend.h"
+#include "error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifdef LMX_HAVE_CUDA
+/* 1 when a CUDA device can be used. Touches the CUDA runtime only when the
+ * NVIDIA driver's device node exists, so machines without one pay nothing. */
+int lmx_backend_cuda_available(void);
+/* A backend on CUDA device `device`; NULL and *err filled on failure. */
+lmx_backend *lmx_backend_cuda_new(int device, lmx_error *err);
+#else
+static inline int lmx_backend_cuda_available(void) { return 0; }
+static inline lmx_backend *lmx_backend_cuda_new(int device, lmx_error *err)
+{
+    (void)device;
+    lmx_fail(err, LMX_ERR_UNSUPPORTED, "lmx_load: device cuda: this lmx was built without CUDA");
+    return (lmx_backend *)0;
+}
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

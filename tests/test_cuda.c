@@ -1,0 +1,366 @@
+/* The CUDA backend, on a GPU: each op against the CPU backend on random
+ * data at real model sizes (long K, split-K decode attention over a
+ * wrapped cache), then every fixture's logits against transformers'
+ * references, prefilled whole, token by token (CUDA graph replay) and in
+ * chunks. Tolerances and their measurements: docs/cuda.md. Exits 77
+ * (CTest: skipped) when lmx was built without CUDA or no GPU is present. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_cpu.h"
+#include "backend_cuda.h"
+#include "context.h"
+#include "lmx.h"
+#include "safetensors.h"
+#include "testutil.h"
+
+/* Logits: max |ours - ref| over a row, relative to max(1, max |ref|). */
+#define LOGIT_TOL 2e-2f
+
+static unsigned long long rng = 88172645463325252ull;
+static float frand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) * (1.0 / 9007199254740992.0)) * 2 - 1;
+}
+
+static float max_abs(const float *v, size_t n)
+{
+    float m = 0;
+    for (size_t i = 0; i < n; i++)
+        m = fabsf(v[i]) > m ? fabsf(v[i]) : m;
+    return m;
+}
+
+/* Op checks: the same op on both backends ------------------------------------ */
+
+typedef struct pair {
+    lmx_backend *cpu, *gpu;
+} pair;
+
+/* One tensor on both backends. */
+typedef struct both {
+    lmx_tensor *c, *g;
+    int rows, cols;
+    void *host;
+} both;
+
+/* Random [rows, cols] data of dtype dt (read-only input, bound as a weight). */
+static both input(pair *p, int rows, int cols, lmx_dtype dt, float amp)
+{
+    size_t n = (size_t)rows * cols;
+    both b = {NULL, NULL, rows, cols, malloc(n * 4)};
+    for (size_t i = 0; i < n; i++) {
+        float v = frand() * amp;
+        if (dt == LMX_DT_BF16)
+            ((uint16_t *)b.host)[i] = lmx_f32_to_bf16(v);
+        else if (dt == LMX_DT_F16)
+            ((uint16_t *)b.host)[i] = lmx_f32_to_f16(v);
+        else
+            ((float *)b.host)[i] = v;
+    }
+    lmx_st_tensor t = {.name = "t", .dtype = dt, .ndim = 2, .shape = {rows, cols}, .data = b.host,
+                       .nbytes = n * lmx_dtype_size(dt), .file = "test"};
+    lmx_error err = {0};
+    b.c = p->cpu->ops->weight(p->cpu, &t, &err);
+    b.g = p->gpu->ops->weight(p->gpu, &t, &err);
+    CHECK(b.c && b.g, "weight: %s", err.message);
+    return b;
+}
+
+static both output(pair *p, int rows, int cols)
+{
+    lmx_error err = {0};
+    both b = {p->cpu->ops->alloc(p->cpu, rows, cols, &err), p->gpu->ops->alloc(p->gpu, rows, cols, &err), rows,
+              cols, NULL};
+    CHECK(b.c && b.g, "alloc: %s", err.message);
+    return b;
+}
+
+static void drop(pair *p, both *b)
+{
+    p->cpu->ops->free(p->cpu, b->c);
+    p->gpu->ops->free(p->gpu, b->g);
+    free(b->host);
+}
+
+/* Rows [0, n) agree within tol x max(1, max |cpu|); returns that error. */
+static float same(pair *p, const both *b, int n, float tol, const char *what)
+{
+    size_t len = (size_t)n * b->cols;
+    float *c = malloc(len * 4), *g = malloc(len * 4);
+    p->cpu->ops->read(p->cpu, c, b->c, 0, n);
+    p->gpu->ops->read(p->gpu, g, b->g, 0, n);
+    float worst = 0;
+    int finite = 1;
+    for (size_t i = 0; i < len; i++) {
+        finite &= isfinite(g[i]);
+        worst = fmaxf(worst, fabsf(c[i] - g[i]));
+    }
+    float rel = worst / fmaxf(1.0f, max_abs(c, len));
+    CHECK(finite && rel <= tol, "%s: relative error %g > %g (or not finite)", what, rel, tol);
+    free(c);
+    free(g);
+    return rel;
+}
+
+static void check_matmul(pair *p)
+{
+    const lmx_dtype dts[] = {LMX_DT_BF16, LMX_DT_F16, LMX_DT_F32};
+    const int rows[] = {1, 3, 8, 9, 64};
+    const int Ks[][2] = {{4096, 1000}, {1000, 515}, {12, 7}}; /* {K, N}: vector path, odd K, tiny */
+    for (int d = 0; d < 3; d++)
+        for (int k = 0; k < 3; k++) {
+            int K = Ks[k][0], N = Ks[k][1];
+            both w = input(p, N, K, dts[d], 0.05f), x = input(p, 64, K, LMX_DT_F32, 1.0f), o = output(p, 64, N);
+            for (int r = 0; r < 5; r++) {
+                p->cpu->ops->matmul(p->cpu, o.c, x.c, w.c, rows[r]);
+                p->gpu->ops->matmul(p->gpu, o.g, x.g, w.g, rows[r]);
+                /* > 8 rows of bf16 weights: tensor cores on bf16-rounded activations */
+                float tol = rows[r] > 8 && dts[d] == LMX_DT_BF16 ? 1e-2f : 1e-4f;
+                char what[96];
+                snprintf(what, sizeof what, "matmul %s K %d N %d rows %d", lmx_dtype_name(dts[d]), K, N, rows[r]);
+                float e = same(p, &o, rows[r], tol, what);
+                if (rows[r] == 64 && k == 0)
+                    printf("%s: relative error %.2e\n", what, e);
+            }
+            drop(p, &w);
+            drop(p, &x);
+            drop(p, &o);
+        }
+}
+
+/* rmsnorm (both styles, per head), rope at large positions, gated_act,
+ * add, softcap, embed, copy_rows. */
+static void check_elementwise(pair *p)
+{
+    const int n = 5, D = 2048, hd = 128;
+    both x = input(p, n, D, LMX_DT_F32, 3.0f), w = input(p, 1, D, LMX_DT_BF16, 1.0f);
+    both wh = input(p, 1, hd, LMX_DT_F32, 1.0f), o = output(p, n, D), u = input(p, n, D, LMX_DT_F32, 2.0f);
+    for (int p1 = 0; p1 < 2; p1++) {
+        p->cpu->ops->rmsnorm(p->cpu, o.c, x.c, w.c, n, 1e-6f, p1);
+        p->gpu->ops->rmsnorm(p->gpu, o.g, x.g, w.g, n, 1e-6f, p1);
+        same(p, &o, n, 1e-5f, p1 ? "rmsnorm (1 + w)" : "rmsnorm");
+    }
+    p->cpu->ops->rmsnorm(p->cpu, o.c, x.c, wh.c, n, 1e-6f, 0);
+    p->gpu->ops->rmsnorm(p->gpu, o.g, x.g, wh.g, n, 1e-6f, 0);
+    same(p, &o, n, 1e-5f, "rmsnorm per head");
+    lmx_rope ropes[] = {{1e6f, 1.0f}, {1e4f, 8.0f}};
+    for (int r = 0; r < 2; r++) {
+        p->cpu->ops->rope(p->cpu, o.c, n, hd, 30000, ropes[r]);
+        p->gpu->ops->rope(p->gpu, o.g, n, hd, 30000, ropes[r]);
+        same(p, &o, n, 1e-5f, "rope");
+    }
+    for (int a = 0; a < 2; a++) {
+        p->cpu->ops->gated_act(p->cpu, o.c, u.c, n, (lmx_activation)a);
+        p->gpu->ops->gated_act(p->gpu, o.g, u.g, n, (lmx_activation)a);
+        same(p, &o, n, 1e-5f, a ? "gated gelu" : "gated silu");
+    }
+    p->cpu->ops->add(p->cpu, o.c, u.c, n);
+    p->gpu->ops->add(p->gpu, o.g, u.g, n);
+    p->cpu->ops->softcap(p->cpu, o.c, n, 3.0f);
+    p->gpu->ops->softcap(p->gpu, o.g, n, 3.0f);
+    same(p, &o, n, 1e-5f, "add, softcap");
+    const int32_t ids[5] = {4, 0, 4, 1, 2};
+    p->cpu->ops->embed(p->cpu, o.c, x.c, ids, n, 1.5f);
+    p->gpu->ops->embed(p->gpu, o.g, x.g, ids, n, 1.5f);
+    p->cpu->ops->copy_rows(p->cpu, o.c, 3, u.c, 1, 2);
+    p->gpu->ops->copy_rows(p->gpu, o.g, 3, u.g, 1, 2);
+    same(p, &o, n, 0, "embed, copy_rows");
+    drop(p, &x);
+    drop(p, &w);
+    drop(p, &wh);
+    drop(p, &o);
+    drop(p, &u);
+}
+
+/* Attention over a cache filled by kv_write, wrapped around its ring:
+ * decode (split-K) and prefill rows, global and sliding, with softcap. */
+static void check_attention(pair *p)
+{
+    const int hds[] = {128, 256}, H = 8, KVH = 2, slots = 1100;
+    for (int c = 0; c < 2; c++) {
+        int hd = hds[c], kv = KVH * hd;
+        both kc = output(p, slots, kv), vc = output(p, slots, kv), o = output(p, 64, H * hd);
+        both q = input(p, 64, H * hd, LMX_DT_F32, 1.0f);
+        /* positions 0 .. 1599 into 1100 slots: the first 500 are overwritten */
+        for (int pos = 0; pos < 1600; pos += 100) {
+            both k = input(p, 100, kv, LMX_DT_F32, 1.0f), v = input(p, 100, kv, LMX_DT_F32, 1.0f);
+            p->cpu->ops->kv_write(p->cpu, kc.c, vc.c, k.c, v.c, 100, pos);
+            p->gpu->ops->kv_write(p->gpu, kc.g, vc.g, k.g, v.g, 100, pos);
+            drop(p, &k);
+            drop(p, &v);
+        }
+        same(p, &kc, slots, 0, "kv_write");
+        /* queries at the last positions written, so every key is present */
+        struct {
+            int n, pos0, window;
+            float softcap;
+        } cases[] = {{1, 1599, 1000, 0}, {5, 1595, 512, 0}, {1, 1599, 7, 50}, {64, 1536, 1000, 0}, {64, 1536, 300, 30}};
+        for (int k = 0; k < 5; k++) {
+            lmx_attn_params ap = {cases[k].n, cases[k].pos0, H, KVH, hd, cases[k].window, 1.0f / sqrtf((float)hd),
+                                  cases[k].softcap};
+            p->cpu->ops->attention(p->cpu, o.c, q.c, kc.c, vc.c, &ap);
+            p->gpu->ops->attention(p->gpu, o.g, q.g, kc.g, vc.g, &ap);
+            char what[96];
+            snprintf(what, sizeof what, "attention hd %d rows %d window %d softcap %g", hd, cases[k].n,
+                     cases[k].window, (double)cases[k].softcap);
+            same(p, &o, cases[k].n, 1e-5f, what);
+        }
+        drop(p, &kc);
+        drop(p, &vc);
+        drop(p, &o);
+        drop(p, &q);
+    }
+}
+
+/* Fixtures: logits against transformers -------------------------------------- */
+
+static const lmx_st_tensor *ref(lmx_st_set *r, int k, const char *what)
+{
+    char name[64];
+    snprintf(name, sizeof name, "p%d.%s", k, what);
+    return lmx_st_find(r, name);
+}
+
+static int argmax(const float *v, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[b])
+            b = i;
+    return b;
+}
+
+static float worst_seen;
+
+/* One row: `n` reference logits `want` at ids (NULL: all V). The top-1 must
+ * agree where the reference's margin exceeds twice the tolerance. */
+static void check_row(const char *tag, int pos, const float *ours, const float *want, const int32_t *ids, int n, int V)
+{
+    float scale = fmaxf(1.0f, max_abs(want, (size_t)n)), worst = 0;
+    int best = 0;
+    for (int j = 0; j < n; j++) {
+        float o = ours[ids ? ids[j] : j];
+        worst = fmaxf(worst, isfinite(o) ? fabsf(o - want[j]) : INFINITY);
+        best = want[j] > want[best] ? j : best;
+    }
+    worst /= scale;
+    worst_seen = fmaxf(worst_seen, worst);
+    CHECK(worst <= LOGIT_TOL, "%s pos %d: relative error %g > %g", tag, pos, worst, LOGIT_TOL);
+    float second = -INFINITY;
+    for (int j = 0; j < n; j++)
+        if (j != best && want[j] > second)
+            second = want[j];
+    int top = ids ? ids[best] : best;
+    if (want[best] - second > fmaxf(0.05f, 2 * LOGIT_TOL * scale))
+        CHECK(argmax(ours, V) == top, "%s pos %d: top-1 %d, want %d", tag, pos, argmax(ours, V), top);
+}
+
+static void check_prompt(lmx_model *m, lmx_st_set *r, int k, int chunk, int rows, const char *name)
+{
+    const lmx_st_tensor *ids_t = ref(r, k, "ids");
+    int L = (int)ids_t->shape[0], V = lmx_model_vocab_size(m);
+    const int32_t *ids = ids_t->data;
+    float *logits = malloc((size_t)L * V * sizeof(float));
+    lmx_error err = {0};
+    lmx_context *c = lmx_context_new_chunked(m, 128, rows, &err);
+    CHECK(c && logits, "context: %s", err.message);
+    if (!c || !logits) {
+        free(logits);
+        return;
+    }
+    int step = chunk ? chunk : L;
+    for (int i = 0; i < L; i += step) {
+        int n = L - i < step ? L - i : step;
+        CHECK(lmx_context_eval(c, ids + i, n, logits + (size_t)i * V, 1, &err) == LMX_OK, "eval: %s", err.message);
+    }
+    char tag[96];
+    snprintf(tag, sizeof tag, "cuda %s p%d chunk %d rows %d", name, k, chunk, rows);
+    const lmx_st_tensor *full = ref(r, k, "logits");
+    for (int p = 0; p < L; p++) {
+        const float *ours = logits + (size_t)p * V;
+        if (full)
+            check_row(tag, p, ours, (const float *)full->data + (size_t)p * V, NULL, V, V);
+        else
+            check_row(tag, p, ours, (const float *)ref(r, k, "top_vals")->data + p * 8,
+                      (const int32_t *)ref(r, k, "top_ids")->data + p * 8, 8, V);
+    }
+    if (!full)
+        check_row(tag, L - 1, logits + (size_t)(L - 1) * V, ref(r, k, "logits_last")->data, NULL, V, V);
+    if (chunk == 0) { /* greedy continuation: one-token steps, recorded and replayed */
+        const lmx_st_tensor *g = ref(r, k, "greedy");
+        const float *margin = ref(r, k, "margin")->data;
+        float *last = logits + (size_t)(L - 1) * V;
+        for (int t = 0; t < (int)g->shape[0]; t++) {
+            int32_t next = argmax(last, V), want = ((const int32_t *)g->data)[t];
+            if (margin[t] > 0.05f)
+                CHECK(next == want, "%s greedy step %d: %d, want %d", tag, t, (int)next, (int)want);
+            if (next != want)
+                break;
+            CHECK(lmx_context_eval(c, &next, 1, last, 0, &err) == LMX_OK, "greedy eval: %s", err.message);
+        }
+    }
+    lmx_context_free(c);
+    free(logits);
+}
+
+static void check_fixture(const char *name)
+{
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/%s", LMX_TEST_DATA, name);
+    snprintf(path, sizeof path, "%s/refs.safetensors", dir);
+    lmx_error err = {0};
+    lmx_load_options o = lmx_load_defaults();
+    o.device = LMX_DEVICE_CUDA;
+    lmx_model *m = lmx_load(dir, &o, &err);
+    CHECK(m != NULL, "load %s on cuda: %s", name, err.message);
+    lmx_st_set *r = NULL;
+    CHECK(lmx_st_open_file(path, &r, &err) == LMX_OK, "refs %s: %s", name, err.message);
+    worst_seen = 0;
+    for (int k = 0; m && r && ref(r, k, "ids"); k++) {
+        check_prompt(m, r, k, 0, 64, name);
+        check_prompt(m, r, k, 1, 64, name);
+        check_prompt(m, r, k, 5, 64, name);
+        check_prompt(m, r, k, 0, 3, name);
+        check_prompt(m, r, k, 5, 2, name);
+    }
+    printf("%s: worst relative logit error %.2e (tolerance %.0e)\n", name, (double)worst_seen, (double)LOGIT_TOL);
+    lmx_st_close(r);
+    lmx_close(m);
+}
+
+int main(void)
+{
+#ifndef LMX_HAVE_CUDA
+    printf("skipped: lmx was built without CUDA\n");
+    return 77;
+#else
+    if (!lmx_backend_cuda_available()) {
+        printf("skipped: no CUDA device\n");
+        return 77;
+    }
+    lmx_error err = {0};
+    pair p = {lmx_backend_cpu_new(0, 0, &err), NULL};
+    if (p.cpu)
+        p.gpu = lmx_backend_cuda_new(0, &err);
+    CHECK(p.cpu && p.gpu, "backends: %s", err.message);
+    if (p.cpu && p.gpu) {
+        check_matmul(&p);
+        check_elementwise(&p);
+        check_attention(&p);
+    }
+    if (p.gpu)
+        p.gpu->ops->destroy(p.gpu);
+    if (p.cpu)
+        p.cpu->ops->destroy(p.cpu);
+    check_fixture("qwen3-small");
+    check_fixture("gemma3-small");
+    check_fixture("qwen3-tiny");
+    check_fixture("gemma3-tiny");
+    return test_finish();
+#endif
+}
