@@ -474,9 +474,13 @@ static int fill_fast_ids(lmx_tokbpe *b)
     b->bmp_id = malloc(0x10000 * sizeof *b->bmp_id);
     if (!b->bmp_id)
         return -1;
-    for (uint32_t cp = 0; cp < 0x10000; cp++) {
-        size_t n = lmx_tokutf8_encode(cp, name);
-        b->bmp_id[cp] = cp >= 0xD800 && cp < 0xE000 ? NO_ID : lmx_tokbpe_lookup(b, name, n);
+    memset(b->bmp_id, 0xff, 0x10000 * sizeof *b->bmp_id);
+    /* one pass over the vocabulary: every token that is one such character */
+    for (int32_t id = 0; id < b->id_limit; id++) {
+        uint32_t cp, n = b->len[id];
+        if (n != UINT32_MAX && n >= 1 && n <= 3 &&
+            lmx_tokutf8_next((const unsigned char *)b->pool + b->off[id], n, &cp) == n)
+            b->bmp_id[cp] = id;
     }
     return 0;
 }

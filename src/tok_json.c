@@ -21,11 +21,22 @@ char lmx_tokjson_peek(lmx_tokjson *j)
         return 0;
     if (p < e && (unsigned char)*p > ' ') /* the common case: no whitespace */
         return *p;
-    /* pretty-printed files indent with runs of spaces: take 8 at a time */
-    for (uint64_t w;;) {
-        if (e - p >= 8 && (memcpy(&w, p, 8), w == 0x2020202020202020ull))
-            p += 8;
-        else if (p < e && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+    /* pretty-printed files indent with runs of spaces: take 8 at a time,
+     * and the end of a run from the first differing byte */
+    for (;;) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        uint64_t x;
+        if (e - p >= 8 && (memcpy(&x, p, 8), x ^= 0x2020202020202020ull, 1)) {
+            if (!x) {
+                p += 8;
+                continue;
+            }
+            p += __builtin_ctzll(x) >> 3;
+        }
+#endif
+        while (p < e && *p == ' ')
+            p++;
+        if (p < e && (*p == '\n' || *p == '\r' || *p == '\t'))
             p++;
         else
             break;
