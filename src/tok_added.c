@@ -243,11 +243,6 @@ const char *lmx_tokadded_token(const lmx_tokadded *a, int32_t id, size_t *len)
     return t->text;
 }
 
-int lmx_tokadded_is_special(const lmx_tokadded *a, int32_t id)
-{
-    return id >= 0 && id < a->id_limit && a->by_id[id] >= 0 && a->tok[a->by_id[id]].special;
-}
-
 int32_t lmx_tokadded_id_limit(const lmx_tokadded *a)
 {
     return a->id_limit;

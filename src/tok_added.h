@@ -41,7 +41,6 @@ void lmx_toksegs_free(lmx_toksegs *s);
 int32_t lmx_tokadded_find(const lmx_tokadded *a, const char *content, size_t len); /* -1 if none */
 /* The text an added token decodes to, NULL if id is no added token. */
 const char *lmx_tokadded_token(const lmx_tokadded *a, int32_t id, size_t *len);
-int lmx_tokadded_is_special(const lmx_tokadded *a, int32_t id);
 int32_t lmx_tokadded_id_limit(const lmx_tokadded *a); /* largest id + 1, 0 if none */
 /* Calls fn for the content of every special token (to mark same-text ids). */
 void lmx_tokadded_each_special(const lmx_tokadded *a, void (*fn)(void *, const char *, size_t),

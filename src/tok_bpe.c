@@ -83,11 +83,6 @@ int32_t lmx_tokbpe_id_limit(const lmx_tokbpe *b)
     return b->id_limit;
 }
 
-int lmx_tokbpe_has_byte_fallback(const lmx_tokbpe *b)
-{
-    return b->byte_fallback;
-}
-
 static size_t merge_home(const lmx_tokbpe *b, uint64_t key);
 
 static size_t merge_slot(const lmx_tokbpe *b, uint64_t key)

@@ -36,6 +36,5 @@ int32_t lmx_tokbpe_lookup(const lmx_tokbpe *b, const char *s, size_t len); /* -1
 /* The token string of id (not NUL-terminated), NULL if id has none. */
 const char *lmx_tokbpe_token(const lmx_tokbpe *b, int32_t id, size_t *len);
 int32_t lmx_tokbpe_id_limit(const lmx_tokbpe *b); /* largest id + 1 */
-int lmx_tokbpe_has_byte_fallback(const lmx_tokbpe *b);
 
 #endif
