@@ -244,8 +244,8 @@ static void test_real_specials(void)
 static void test_invalid_utf8(void)
 {
     const char *fams[] = {"qwen3", "gemma3"};
-    const char *bad[] = {"a\xFF" "b", "\xE6\x97", "x\xC0\xAF\xED\xA0\x80y", "\xF4\x90\x80\x80"};
-    const char *good[] = {"a\xEF\xBF\xBD" "b", "\xEF\xBF\xBD", "x\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBDy",
+    const char *bad[] = {"a\377b", "\xE6\x97", "x\xC0\xAF\xED\xA0\x80y", "\xF4\x90\x80\x80"};
+    const char *good[] = {"a\357\277\275b", "\xEF\xBF\xBD", "x\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBDy",
                           "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"};
     for (int f = 0; f < 2; f++) {
         lmx_tokenizer *t = load_dir(fams[f]);
