@@ -172,10 +172,10 @@ static inline void store_col(float *out, int ldo, int r, int i0, int nx, __m256 
 }
 
 /* 6 weight rows x 16 x rows: 12 accumulators of the 16 ymm registers. */
-static void tile_avx2(const float *wt, int mr, int K, const float *xt, int ldx, int nx, float *out, int ldo)
+static void tile_avx2(const float *wt, int ldw, int mr, int K, const float *xt, int ldx, int nx, float *out, int ldo)
 {
-    const float *w0 = wt, *w1 = wt + K, *w2 = wt + 2 * (size_t)K, *w3 = wt + 3 * (size_t)K;
-    const float *w4 = wt + 4 * (size_t)K, *w5 = wt + 5 * (size_t)K;
+    const float *w0 = wt, *w1 = wt + ldw, *w2 = wt + 2 * (size_t)ldw, *w3 = wt + 3 * (size_t)ldw;
+    const float *w4 = wt + 4 * (size_t)ldw, *w5 = wt + 5 * (size_t)ldw;
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00,
            c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
     for (int k = 0; k < K; k++) {

@@ -137,6 +137,49 @@ static void mv_quant(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x *x
     }
 }
 
+/* One x row: no per-row arrays (they would live on the stack), two groups
+ * in flight. */
+static void mv_quant1(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x *x, float *out)
+{
+    int K = w->cols, G = w->group, ng = K / G, q4 = w->kind == LMX_WK_Q4;
+    size_t row_bytes = (size_t)K / (q4 ? 2 : 1);
+    const __m512i low4 = _mm512_set1_epi32(15);
+    const float *xs = q4 ? x->xq4 : x->x, *gs = x->gsum;
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *q = (const uint8_t *)w->data + (size_t)r * row_bytes;
+        const uint16_t *sc = w->scales + (size_t)r * ng, *bi = w->biases + (size_t)r * ng;
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+        float bsum = 0;
+        for (int g = 0; g < ng; g++) {
+            __m512 d0 = _mm512_setzero_ps(), d1 = d0;
+            const float *xg = xs + (size_t)g * G;
+            if (q4) {
+                const uint8_t *qg = q + (size_t)g * G / 2;
+                for (int c = 0; c < G; c += 32) {
+                    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(qg + c / 2)));
+                    d0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v, low4)), _mm512_loadu_ps(xg + c), d0);
+                    d1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)), _mm512_loadu_ps(xg + c + 16), d1);
+                }
+            } else {
+                const uint8_t *qg = q + (size_t)g * G;
+                for (int c = 0; c < G; c += 32) {
+                    __m512 v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(qg + c))));
+                    __m512 v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(qg + c + 16))));
+                    d0 = _mm512_fmadd_ps(v0, _mm512_loadu_ps(xg + c), d0);
+                    d1 = _mm512_fmadd_ps(v1, _mm512_loadu_ps(xg + c + 16), d1);
+                }
+            }
+            __m512 s = _mm512_set1_ps(h2f(sc[g]));
+            if (g & 1)
+                acc1 = _mm512_fmadd_ps(s, _mm512_add_ps(d0, d1), acc1);
+            else
+                acc0 = _mm512_fmadd_ps(s, _mm512_add_ps(d0, d1), acc0);
+            bsum += h2f(bi[g]) * gs[g];
+        }
+        out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + bsum;
+    }
+}
+
 static void matvec_avx512(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x *x, int n, float *out,
                           int ldo)
 {
@@ -144,7 +187,12 @@ static void matvec_avx512(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu
     case LMX_WK_BF16: mv_bf16(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
     case LMX_WK_F16: mv_f16(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
     case LMX_WK_F32: mv_f32(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
-    default: mv_quant(w, r0, r1, x, n, out, ldo); break;
+    default:
+        if (n == 1)
+            mv_quant1(w, r0, r1, x, out);
+        else
+            mv_quant(w, r0, r1, x, n, out, ldo);
+        break;
     }
 }
 
@@ -178,11 +226,11 @@ static inline void store_col(float *out, int ldo, int r, int i0, int nx, __m512 
 
 /* 8 weight rows x 32 x rows: 16 accumulators; per k two loads of x and
  * eight broadcast weights. */
-static void tile_avx512(const float *wt, int mr, int K, const float *xt, int ldx, int nx, float *out, int ldo)
+static void tile_avx512(const float *wt, int ldw, int mr, int K, const float *xt, int ldx, int nx, float *out, int ldo)
 {
-    const float *w0 = wt, *w1 = wt + K, *w2 = wt + 2 * (size_t)K, *w3 = wt + 3 * (size_t)K;
-    const float *w4 = wt + 4 * (size_t)K, *w5 = wt + 5 * (size_t)K, *w6 = wt + 6 * (size_t)K,
-                *w7 = wt + 7 * (size_t)K;
+    const float *w0 = wt, *w1 = wt + ldw, *w2 = wt + 2 * (size_t)ldw, *w3 = wt + 3 * (size_t)ldw;
+    const float *w4 = wt + 4 * (size_t)ldw, *w5 = wt + 5 * (size_t)ldw, *w6 = wt + 6 * (size_t)ldw,
+                *w7 = wt + 7 * (size_t)ldw;
     __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00,
            c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
     if (nx > 16) {

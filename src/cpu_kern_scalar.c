@@ -77,13 +77,13 @@ static void matvec_scalar(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu
 
 enum { MR = 4, NX = 8 };
 
-static void tile_scalar(const float *wt, int mr, int K, const float *xt, int ldx, int nx, float *out, int ldo)
+static void tile_scalar(const float *wt, int ldw, int mr, int K, const float *xt, int ldx, int nx, float *out, int ldo)
 {
     float acc[MR][NX] = {{0}};
     for (int k = 0; k < K; k++) {
         const float *xk = xt + (size_t)k * ldx;
         for (int r = 0; r < MR; r++) {
-            float wv = wt[(size_t)r * K + k];
+            float wv = wt[(size_t)r * ldw + k];
             for (int i = 0; i < NX; i++)
                 acc[r][i] += wv * xk[i];
         }

@@ -37,11 +37,11 @@ typedef struct lmx_cpu_kernels {
                    int ldo);
     /* dst[0, cols) = row r of w as float32. */
     void (*decode)(const lmx_cpu_weight *w, int r, float *dst);
-    /* The GEMM micro-tile: mr rows of weights (wt: tile_mr x K float32,
-     * row-major) against nx <= tile_nx rows of x packed k-major (xt[k * ldx
-     * + i]); writes out[i * ldo + r] for r < mr, i < nx. */
+    /* The GEMM micro-tile: mr rows of weights (wt: tile_mr rows of K
+     * float32, row stride ldw) against nx <= tile_nx rows of x packed k-major
+     * (xt[k * ldx + i]); writes out[i * ldo + r] for r < mr, i < nx. */
     int tile_mr, tile_nx;
-    void (*tile)(const float *wt, int mr, int K, const float *xt, int ldx, int nx, float *out, int ldo);
+    void (*tile)(const float *wt, int ldw, int mr, int K, const float *xt, int ldx, int nx, float *out, int ldo);
     float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n); /* y += a * x */
     void (*scale)(float *y, float a, int n);                /* y *= a */

@@ -8,6 +8,10 @@
  * weight once per MV_ROWS rows of x) beats decoding weights into tiles. */
 enum { MV_ROWS = 4, MIN_GROUP = 32 };
 
+/* Decoded weight rows are padded by a cache line so that the tile's row
+ * streams do not fall into the same L1 sets when K is a multiple of 1024. */
+static int wt_stride(int cols) { return cols + 16; }
+
 struct lmx_cpu_mm {
     const lmx_cpu_kernels *k;
     lmx_pool *pool;
@@ -65,7 +69,7 @@ int lmx_cpu_mm_reserve(lmx_cpu_mm *mm, int cols)
     mm->xq4 = xq4;
     mm->gsum = gsum;
     for (int t = 0; t < lmx_pool_threads(mm->pool); t++) {
-        float *w = calloc((size_t)mm->k->tile_mr * c, sizeof(float));
+        float *w = calloc((size_t)mm->k->tile_mr * (size_t)wt_stride(cols), sizeof(float));
         if (!w)
             return -1; /* the smaller buffers stay valid for the old cols */
         free(mm->wt[t]);
@@ -172,11 +176,12 @@ static void tile_task(void *ctx, int task, int worker)
     int K = w->cols, N = w->rows, r0 = task * k->tile_mr;
     int mr = N - r0 < k->tile_mr ? N - r0 : k->tile_mr;
     float *wt = j->mm->wt[worker];
+    int ldw = wt_stride(K);
     for (int r = 0; r < mr; r++)
-        k->decode(w, r0 + r, wt + (size_t)r * K);
+        k->decode(w, r0 + r, wt + (size_t)r * ldw);
     for (int i0 = 0; i0 < j->n; i0 += k->tile_nx) {
         int nx = j->n - i0 < k->tile_nx ? j->n - i0 : k->tile_nx;
-        k->tile(wt, mr, K, j->mm->xt + i0, j->ldx, nx, j->out + (size_t)i0 * N + r0, N);
+        k->tile(wt, ldw, mr, K, j->mm->xt + i0, j->ldx, nx, j->out + (size_t)i0 * N + r0, N);
     }
 }
 
