@@ -162,11 +162,15 @@ static lmx_status parse_token(added *t, const cJSON *o, const lmx_toknorm *norm,
     return t->text ? LMX_OK : lmx_fail(err, LMX_ERR_NOMEM, "%s: out of memory", what);
 }
 
-static lmx_status index_ids(lmx_tokadded *a, const char *what, lmx_error *err)
+/* Added ids follow the model's (id_base = its largest id + 1), about densely. */
+static lmx_status index_ids(lmx_tokadded *a, int32_t id_base, const char *what, lmx_error *err)
 {
     for (size_t i = 0; i < a->n; i++)
         if (a->tok[i].id >= a->id_limit)
             a->id_limit = a->tok[i].id + 1;
+    if ((size_t)a->id_limit > (size_t)id_base + 2 * a->n + 1024)
+        return lmx_fail(err, LMX_ERR_FORMAT, "%s: added_tokens: id %d out of range", what,
+                        a->id_limit - 1);
     a->by_id = malloc(((size_t)a->id_limit + 1) * sizeof *a->by_id);
     if (!a->by_id)
         return lmx_fail(err, LMX_ERR_NOMEM, "%s: out of memory", what);
@@ -193,8 +197,8 @@ static lmx_status build_tries(lmx_tokadded *a, const char *what, lmx_error *err)
     return LMX_OK;
 }
 
-lmx_status lmx_tokadded_build(const cJSON *arr, const lmx_toknorm *norm, const char *what,
-                              lmx_tokadded **out, lmx_error *err)
+lmx_status lmx_tokadded_build(const cJSON *arr, const lmx_toknorm *norm, int32_t id_base,
+                              const char *what, lmx_tokadded **out, lmx_error *err)
 {
     *out = NULL;
     if (arr && !cJSON_IsArray(arr) && !cJSON_IsNull(arr))
@@ -213,7 +217,7 @@ lmx_status lmx_tokadded_build(const cJSON *arr, const lmx_toknorm *norm, const c
             a->n++;
         }
     if (st == LMX_OK)
-        st = index_ids(a, what, err);
+        st = index_ids(a, id_base, what, err);
     if (st == LMX_OK)
         st = build_tries(a, what, err);
     if (st != LMX_OK) {

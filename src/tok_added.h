@@ -26,9 +26,10 @@ typedef struct lmx_toksegs {
 } lmx_toksegs;
 
 /* arr: the "added_tokens" array (NULL = none); norm builds the normalized
- * form of tokens with normalized == true. */
-lmx_status lmx_tokadded_build(const cJSON *arr, const lmx_toknorm *norm, const char *what,
-                              lmx_tokadded **out, lmx_error *err);
+ * form of tokens with normalized == true; id_base is the model's largest id
+ * + 1 (added ids beyond it must be about dense). */
+lmx_status lmx_tokadded_build(const cJSON *arr, const lmx_toknorm *norm, int32_t id_base,
+                              const char *what, lmx_tokadded **out, lmx_error *err);
 void lmx_tokadded_free(lmx_tokadded *a);
 
 /* Replaces out's content with the pieces of s: added-token matches and the

@@ -30,7 +30,6 @@ struct lmx_tokbpe {
     uint32_t *off;    /* per id: offset in pool; len UINT32_MAX = no token */
     uint32_t *len;
     int32_t id_limit; /* largest id + 1 */
-    int32_t id_cap;
     vslot *slot;      /* string -> id, open addressing */
     size_t mask;
     mslot *merge;     /* (left id << 32 | right id) -> rank, merged id */
@@ -112,37 +111,46 @@ static size_t pow2_at_least(size_t n)
 
 /* ---- loading: vocabulary ------------------------------------------------------ */
 
-static int grow_ids(lmx_tokbpe *b, int32_t id)
+/* The vocabulary as read, in file order; placed by id once all is known, so
+ * memory follows the file's size even when its ids are absurd. */
+typedef struct entries {
+    int32_t *id;
+    uint32_t *off, *len;
+    size_t n, cap;
+} entries;
+
+static void entries_free(entries *e)
 {
-    if (id < b->id_cap)
-        return 0;
-    int32_t cap = b->id_cap ? b->id_cap : 1024;
-    while (cap <= id)
-        cap *= 2;
-    uint32_t *off = realloc(b->off, (size_t)cap * sizeof *off);
-    if (!off)
-        return -1;
-    b->off = off;
-    uint32_t *len = realloc(b->len, (size_t)cap * sizeof *len);
+    free(e->id);
+    free(e->off);
+    free(e->len);
+}
+
+static int entries_grow(entries *e)
+{
+    size_t cap = e->cap ? e->cap * 2 : 1024;
+    int32_t *id = realloc(e->id, cap * sizeof *id);
+    if (id)
+        e->id = id;
+    uint32_t *off = id ? realloc(e->off, cap * sizeof *off) : NULL;
+    if (off)
+        e->off = off;
+    uint32_t *len = off ? realloc(e->len, cap * sizeof *len) : NULL;
     if (!len)
         return -1;
-    b->len = len;
-    for (int32_t i = b->id_cap; i < cap; i++)
-        b->len[i] = UINT32_MAX;
-    b->id_cap = cap;
+    e->len = len;
+    e->cap = cap;
     return 0;
 }
 
-static lmx_status add_token(lmx_tokbpe *b, const lmx_tokbuf *key, long long id, const char *what,
-                            lmx_error *err)
+static lmx_status add_token(lmx_tokbpe *b, entries *e, const lmx_tokbuf *key, long long id,
+                            const char *what, lmx_error *err)
 {
     if (id < 0 || id >= LMX_TOK_MAX_ID)
         return lmx_fail(err, LMX_ERR_FORMAT, "%s: model.vocab: id %lld of \"%.40s\" out of range",
                         what, id, key->p);
-    if (key->n >= UINT32_MAX / 2 || grow_ids(b, (int32_t)id))
+    if (key->n >= UINT32_MAX / 2 || (e->n == e->cap && entries_grow(e)))
         return lmx_fail(err, LMX_ERR_NOMEM, "%s: model.vocab too large", what);
-    if (b->len[id] != UINT32_MAX)
-        return lmx_fail(err, LMX_ERR_FORMAT, "%s: model.vocab: duplicate id %lld", what, id);
     while (b->pool_cap - b->pool_n < key->n + 1) {
         size_t cap = b->pool_cap ? b->pool_cap * 2 : 1 << 16;
         char *p = cap > UINT32_MAX ? NULL : realloc(b->pool, cap);
@@ -152,17 +160,42 @@ static lmx_status add_token(lmx_tokbpe *b, const lmx_tokbuf *key, long long id, 
         b->pool_cap = cap;
     }
     memcpy(b->pool + b->pool_n, key->p, key->n);
-    b->off[id] = (uint32_t)b->pool_n;
-    b->len[id] = (uint32_t)key->n;
+    e->id[e->n] = (int32_t)id;
+    e->off[e->n] = (uint32_t)b->pool_n;
+    e->len[e->n++] = (uint32_t)key->n;
     b->pool_n += key->n;
     if (id >= b->id_limit)
         b->id_limit = (int32_t)id + 1;
     return LMX_OK;
 }
 
-static lmx_status build_index(lmx_tokbpe *b, const char *what, lmx_error *err)
+/* Ids must be about dense (real vocabularies are 0..n-1): the per-id tables
+ * are sized by the largest id. */
+static lmx_status place_ids(lmx_tokbpe *b, const entries *e, const char *what, lmx_error *err)
 {
-    size_t cap = pow2_at_least((size_t)b->id_limit * 2);
+    if ((size_t)b->id_limit > 2 * e->n + 1024)
+        return lmx_fail(err, LMX_ERR_FORMAT,
+                        "%s: model.vocab: ids out of range (largest %d for %zu tokens)", what,
+                        b->id_limit - 1, e->n);
+    size_t n = (size_t)b->id_limit + 1;
+    b->off = malloc(n * sizeof *b->off);
+    b->len = malloc(n * sizeof *b->len);
+    if (!b->off || !b->len)
+        return lmx_fail(err, LMX_ERR_NOMEM, "%s: model.vocab too large", what);
+    memset(b->len, 0xff, n * sizeof *b->len);
+    for (size_t i = 0; i < e->n; i++) {
+        int32_t id = e->id[i];
+        if (b->len[id] != UINT32_MAX)
+            return lmx_fail(err, LMX_ERR_FORMAT, "%s: model.vocab: duplicate id %d", what, id);
+        b->off[id] = e->off[i];
+        b->len[id] = e->len[i];
+    }
+    return LMX_OK;
+}
+
+static lmx_status build_index(lmx_tokbpe *b, size_t count, const char *what, lmx_error *err)
+{
+    size_t cap = pow2_at_least(count * 2);
     b->slot = malloc(cap * sizeof *b->slot);
     if (!b->slot)
         return lmx_fail(err, LMX_ERR_NOMEM, "%s: model.vocab too large", what);
@@ -187,6 +220,7 @@ static lmx_status build_index(lmx_tokbpe *b, const char *what, lmx_error *err)
 static lmx_status load_vocab(lmx_tokbpe *b, lmx_tokjson *j, const char *what, lmx_error *err)
 {
     lmx_tokbuf key = {0};
+    entries e = {0};
     int first = 1, r;
     lmx_status st = LMX_OK;
     if (lmx_tokjson_expect(j, '{'))
@@ -197,12 +231,17 @@ static lmx_status load_vocab(lmx_tokbpe *b, lmx_tokjson *j, const char *what, lm
             st = lmx_fail(err, LMX_ERR_FORMAT, "%s: model.vocab: bad id for \"%.40s\"", what,
                           key.p ? key.p : "");
         else
-            st = add_token(b, &key, id, what, err);
+            st = add_token(b, &e, &key, id, what, err);
     }
     lmx_tokbuf_free(&key);
     if (st == LMX_OK && r < 0)
         st = lmx_fail(err, LMX_ERR_FORMAT, "%s: model.vocab: malformed JSON", what);
-    return st == LMX_OK ? build_index(b, what, err) : st;
+    if (st == LMX_OK)
+        st = place_ids(b, &e, what, err);
+    if (st == LMX_OK)
+        st = build_index(b, e.n, what, err);
+    entries_free(&e);
+    return st;
 }
 
 /* ---- loading: merges ---------------------------------------------------------- */
@@ -433,6 +472,8 @@ static lmx_status model_field(lmx_tokbpe *b, lmx_tokjson *j, const char *key, ch
     if (!strcmp(key, "type")) {
         bad = opt_string(j, type);
     } else if (!strcmp(key, "vocab")) {
+        if (*have_vocab)
+            return lmx_fail(err, LMX_ERR_FORMAT, "%s: model.vocab given twice", what);
         if (*type && strcmp(*type, "BPE"))
             return lmx_fail(err, LMX_ERR_UNSUPPORTED, "%s: model type \"%s\" is not supported",
                             what, *type);

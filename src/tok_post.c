@@ -171,3 +171,13 @@ lmx_status lmx_tokpost_apply(const lmx_tokpost *p, lmx_tokids *ids, lmx_error *e
     *ids = r;
     return LMX_OK;
 }
+
+int32_t lmx_tokpost_max_id(const lmx_tokpost *p)
+{
+    int32_t m = -1;
+    for (size_t i = 0; p && i < p->pre.n; i++)
+        m = p->pre.p[i] > m ? p->pre.p[i] : m;
+    for (size_t i = 0; p && i < p->post.n; i++)
+        m = p->post.p[i] > m ? p->post.p[i] : m;
+    return m;
+}

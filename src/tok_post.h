@@ -16,5 +16,7 @@ lmx_status lmx_tokpost_build(const cJSON *j, const char *what, lmx_tokpost **out
 void lmx_tokpost_free(lmx_tokpost *p);
 /* Rewrites ids with the special tokens around them. p may be NULL. */
 lmx_status lmx_tokpost_apply(const lmx_tokpost *p, lmx_tokids *ids, lmx_error *err);
+/* The largest id the post-processor adds, -1 if none (p may be NULL). */
+int32_t lmx_tokpost_max_id(const lmx_tokpost *p);
 
 #endif

@@ -32,6 +32,8 @@ struct lmx_tokenizer {
     char *chat_template;
 };
 
+static const char *id_text(const lmx_tokenizer *t, int32_t id, size_t *len);
+
 /* The top-level members handed to cJSON (all small next to the model). */
 enum { F_ADDED, F_NORM, F_PRE, F_POST, F_DEC, F_COUNT };
 static const char *const FIELD_NAMES[F_COUNT] = {"added_tokens", "normalizer", "pre_tokenizer",
@@ -101,7 +103,8 @@ static lmx_status build_parts(lmx_tokenizer *t, cJSON *node[F_COUNT], const char
 {
     lmx_status st = lmx_toknorm_build(node[F_NORM], what, &t->norm, err);
     if (st == LMX_OK)
-        st = lmx_tokadded_build(node[F_ADDED], t->norm, what, &t->added, err);
+        st = lmx_tokadded_build(node[F_ADDED], t->norm, lmx_tokbpe_id_limit(t->bpe), what,
+                                &t->added, err);
     if (st == LMX_OK)
         st = lmx_tokpre_build(node[F_PRE], what, &t->pre, err);
     if (st == LMX_OK)
@@ -134,6 +137,11 @@ static lmx_status finish(lmx_tokenizer *t, const char *what, lmx_error *err)
     lmx_tokadded_each_special(t->added, mark_special, t);
     t->byte_fallback = lmx_tokdec_has_byte_fallback(t->dec);
     t->bos = t->eos = -1;
+    size_t n;
+    int32_t post = lmx_tokpost_max_id(t->post);
+    if (post >= 0 && !id_text(t, post, &n))
+        return lmx_fail(err, LMX_ERR_FORMAT, "%s: post_processor adds id %d, which is no token",
+                        what, post);
     return LMX_OK;
 }
 

@@ -40,6 +40,13 @@ int main(void)
     expect_fail(MODEL("{\"a\":-1}", "[]") "}", LMX_ERR_FORMAT, "out of range");
     expect_fail(MODEL("{\"a\":99999999999}", "[]") "}", LMX_ERR_FORMAT, "out of range");
     expect_fail(MODEL("{\"a\":1.5}", "[]") "}", LMX_ERR_FORMAT, "bad id");
+    /* ids far beyond the number of tokens would size tables by the id */
+    expect_fail(MODEL("{\"a\":0,\"b\":9000000}", "[]") "}", LMX_ERR_FORMAT,
+                "ids out of range (largest 9000000 for 2 tokens)");
+    expect_fail(MODEL("{\"a\":0}", "[]") ",\"added_tokens\":[{\"id\":9000000,\"content\":\"x\"}]}",
+                LMX_ERR_FORMAT, "added_tokens: id 9000000 out of range");
+    expect_fail("{\"model\":{\"vocab\":{\"a\":0},\"vocab\":{\"a\":0},\"merges\":[]}}",
+                LMX_ERR_FORMAT, "model.vocab given twice");
     expect_fail(MODEL("{\"a\":0}", "[]") ",\"added_tokens\":[{\"id\":-3,\"content\":\"x\"}]}",
                 LMX_ERR_FORMAT, "out of range");
     expect_fail(MODEL("{\"a\":0}", "[]") ",\"added_tokens\":[{\"id\":5,\"content\":\"x\"},"
@@ -55,6 +62,9 @@ int main(void)
                 "post_processor \"Magic\"");
     expect_fail(GOOD_MODEL ",\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(\"},"
                 "\"behavior\":\"Isolated\"}}", LMX_ERR_UNSUPPORTED, "regex \"(\"");
+    expect_fail(GOOD_MODEL ",\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":"
+                "[\"<s>\",\"$A\"],\"special_tokens\":{\"<s>\":{\"ids\":[7]}}}}",
+                LMX_ERR_FORMAT, "post_processor adds id 7, which is no token");
     expect_fail(GOOD_MODEL ",\"decoder\":{\"type\":\"Sequence\"}}", LMX_ERR_FORMAT,
                 "lacks \"decoders\"");
     expect_fail(GOOD_MODEL ",\"normalizer\":[1,}", LMX_ERR_FORMAT, "malformed JSON");
