@@ -234,59 +234,81 @@ typedef struct attn_job {
     const lmx_attn_params *p;
 } attn_job;
 
-enum { ATTN_BLOCK = 64 };
+enum { ATTN_BLOCK = 64, ATTN_ROWS = 16 };
 
-/* One (query row, head): keys in blocks of ATTN_BLOCK, scored together,
- * then one online-softmax rescale per block; memory stays constant
- * whatever the context length. */
+/* One head for a block of up to ATTN_ROWS query rows: keys in blocks of
+ * ATTN_BLOCK consecutive cache slots, each block scored and accumulated by
+ * every query of the task while it is in cache, with an online softmax
+ * (one rescale per query and block); memory stays constant whatever the
+ * context length. A query sees keys [lo, pos], a contiguous part of each
+ * block. */
 static void attn_task(void *ctx, int task, int worker)
 {
     const attn_job *j = ctx;
     const lmx_cpu_kernels *kern = j->k;
     const lmx_attn_params *p = j->p;
-    int i = task / p->n_heads, h = task % p->n_heads, hd = p->head_dim;
+    int hd = p->head_dim, h = task % p->n_heads, i0 = task / p->n_heads * ATTN_ROWS;
+    int nr = p->n_rows - i0 < ATTN_ROWS ? p->n_rows - i0 : ATTN_ROWS;
     int kvh = h / (p->n_heads / p->n_kv_heads);
-    int pos = p->pos0 + i;
-    int lo = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0;
-    const float *q = j->q + (size_t)i * p->n_heads * hd + (size_t)h * hd;
-    size_t kv_stride = (size_t)p->n_kv_heads * hd;
-    float acc[hd], sc[ATTN_BLOCK];
-    memset(acc, 0, sizeof acc);
-    float m = -INFINITY, l = 0;
-    for (int t0 = lo; t0 <= pos; t0 += ATTN_BLOCK) {
-        int nb = pos + 1 - t0 < ATTN_BLOCK ? pos + 1 - t0 : ATTN_BLOCK;
-        float bm = -INFINITY;
-        for (int b = 0; b < nb; b++) {
-            size_t slot = (size_t)((t0 + b) % j->cap);
-            float s = kern->dot(q, j->kc + slot * kv_stride + (size_t)kvh * hd, hd) * p->scale;
-            if (p->softcap > 0)
-                s = p->softcap * tanhf(s / p->softcap);
-            sc[b] = s;
-            bm = s > bm ? s : bm;
-        }
-        if (bm > m) {
-            float r = expf(m - bm);
-            l *= r;
-            kern->scale(acc, r, hd);
-            m = bm;
-        }
-        for (int b = 0; b < nb; b++) {
-            size_t slot = (size_t)((t0 + b) % j->cap);
-            float e = expf(sc[b] - m);
-            l += e;
-            kern->axpy(acc, e, j->vc + slot * kv_stride + (size_t)kvh * hd, hd);
-        }
+    size_t kv_stride = (size_t)p->n_kv_heads * hd, q_stride = (size_t)p->n_heads * hd;
+    float acc[ATTN_ROWS][hd], sc[ATTN_BLOCK], m[ATTN_ROWS], l[ATTN_ROWS];
+    int lo[ATTN_ROWS];
+    for (int r = 0; r < nr; r++) {
+        int pos = p->pos0 + i0 + r;
+        lo[r] = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0;
+        m[r] = -INFINITY;
+        l[r] = 0;
+        memset(acc[r], 0, sizeof acc[r]);
     }
-    float *o = j->out + (size_t)i * p->n_heads * hd + (size_t)h * hd;
-    for (int d = 0; d < hd; d++)
-        o[d] = acc[d] / l;
+    int last = p->pos0 + i0 + nr - 1;
+    for (int t0 = lo[0]; t0 <= last;) {
+        /* a block of consecutive cache slots: it ends at the ring's end */
+        int slot0 = t0 % j->cap, nb = last + 1 - t0;
+        nb = nb < ATTN_BLOCK ? nb : ATTN_BLOCK;
+        nb = nb < j->cap - slot0 ? nb : j->cap - slot0;
+        const float *kb = j->kc + (size_t)slot0 * kv_stride + (size_t)kvh * hd;
+        const float *vb = j->vc + (size_t)slot0 * kv_stride + (size_t)kvh * hd;
+        for (int r = 0; r < nr; r++) {
+            int pos = p->pos0 + i0 + r;
+            int b0 = lo[r] > t0 ? lo[r] - t0 : 0, b1 = pos + 1 - t0 < nb ? pos + 1 - t0 : nb;
+            if (b0 >= b1)
+                continue;
+            const float *q = j->q + (size_t)(i0 + r) * q_stride + (size_t)h * hd;
+            kern->attn_scores(q, kb + (size_t)b0 * kv_stride, kv_stride, b1 - b0, hd, sc);
+            float bm = -INFINITY;
+            for (int b = 0; b < b1 - b0; b++) {
+                float s = sc[b] * p->scale;
+                if (p->softcap > 0)
+                    s = p->softcap * tanhf(s / p->softcap);
+                sc[b] = s;
+                bm = s > bm ? s : bm;
+            }
+            if (bm > m[r]) {
+                float f = expf(m[r] - bm);
+                l[r] *= f;
+                kern->scale(acc[r], f, hd);
+                m[r] = bm;
+            }
+            for (int b = 0; b < b1 - b0; b++) {
+                sc[b] = expf(sc[b] - m[r]);
+                l[r] += sc[b];
+            }
+            kern->attn_accum(acc[r], vb + (size_t)b0 * kv_stride, kv_stride, sc, b1 - b0, hd);
+        }
+        t0 += nb;
+    }
+    for (int r = 0; r < nr; r++) {
+        float *o = j->out + (size_t)(i0 + r) * q_stride + (size_t)h * hd;
+        for (int d = 0; d < hd; d++)
+            o[d] = acc[r][d] / l[r];
+    }
 }
 
 static void cpu_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const lmx_tensor *kc,
                           const lmx_tensor *vc, const lmx_attn_params *p)
 {
     attn_job j = {cpu(be)->k, f32(out), f32(q), f32(kc), f32(vc), kc->rows, p};
-    lmx_pool_run(pool_of(be), p->n_rows * p->n_heads, attn_task, &j);
+    lmx_pool_run(pool_of(be), (p->n_rows + ATTN_ROWS - 1) / ATTN_ROWS * p->n_heads, attn_task, &j);
 }
 
 typedef struct act_job {

@@ -62,4 +62,17 @@ static inline void gen_decode(const lmx_cpu_weight *w, int r, float *dst)
     }
 }
 
+/* Attention blocks through the path's own dot and axpy. */
+#define GEN_ATTN(SUFFIX, DOT, AXPY)                                                                \
+    static void attn_scores_##SUFFIX(const float *q, const float *k, size_t stride, int nb, int hd, float *s) \
+    {                                                                                              \
+        for (int b = 0; b < nb; b++)                                                               \
+            s[b] = DOT(q, k + (size_t)b * stride, hd);                                             \
+    }                                                                                              \
+    static void attn_accum_##SUFFIX(float *acc, const float *v, size_t stride, const float *p, int nb, int hd) \
+    {                                                                                              \
+        for (int b = 0; b < nb; b++)                                                               \
+            AXPY(acc, p[b], v + (size_t)b * stride, hd);                                           \
+    }
+
 #endif

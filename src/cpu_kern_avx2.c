@@ -230,6 +230,8 @@ static void scale_avx2(float *y, float a, int n)
         y[i] *= a;
 }
 
+GEN_ATTN(avx2, dot_avx2, axpy_avx2)
+
 static const lmx_cpu_kernels avx2 = {
     .path = LMX_CPU_AVX2,
     .q4_chunk = 16,
@@ -238,6 +240,8 @@ static const lmx_cpu_kernels avx2 = {
     .tile_mr = MR,
     .tile_nx = NX,
     .tile = tile_avx2,
+    .attn_scores = attn_scores_avx2,
+    .attn_accum = attn_accum_avx2,
     .dot = dot_avx2,
     .axpy = axpy_avx2,
     .scale = scale_avx2,

@@ -303,6 +303,63 @@ static void scale_avx512(float *y, float a, int n)
         y[i] *= a;
 }
 
+GEN_ATTN(gen, dot_avx512, axpy_avx512)
+
+/* Head sizes 128 and 256 keep q, or the accumulator, in registers across
+ * the whole block of keys. */
+static inline __attribute__((always_inline)) void scores_nv(const float *q, const float *k, size_t stride,
+                                                            int nb, float *s, const int NV)
+{
+    __m512 qv[16];
+    for (int i = 0; i < NV; i++)
+        qv[i] = _mm512_loadu_ps(q + 16 * i);
+    for (int b = 0; b < nb; b++) {
+        const float *kb = k + (size_t)b * stride;
+        __m512 a0 = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kb)), a1 = _mm512_mul_ps(qv[1], _mm512_loadu_ps(kb + 16));
+        for (int i = 2; i < NV; i += 2) {
+            a0 = _mm512_fmadd_ps(qv[i], _mm512_loadu_ps(kb + 16 * i), a0);
+            a1 = _mm512_fmadd_ps(qv[i + 1], _mm512_loadu_ps(kb + 16 * i + 16), a1);
+        }
+        s[b] = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    }
+}
+
+static inline __attribute__((always_inline)) void accum_nv(float *acc, const float *v, size_t stride,
+                                                           const float *p, int nb, const int NV)
+{
+    __m512 av[16];
+    for (int i = 0; i < NV; i++)
+        av[i] = _mm512_loadu_ps(acc + 16 * i);
+    for (int b = 0; b < nb; b++) {
+        __m512 pb = _mm512_set1_ps(p[b]);
+        const float *vb = v + (size_t)b * stride;
+        for (int i = 0; i < NV; i++)
+            av[i] = _mm512_fmadd_ps(pb, _mm512_loadu_ps(vb + 16 * i), av[i]);
+    }
+    for (int i = 0; i < NV; i++)
+        _mm512_storeu_ps(acc + 16 * i, av[i]);
+}
+
+static void attn_scores_avx512(const float *q, const float *k, size_t stride, int nb, int hd, float *s)
+{
+    if (hd == 128)
+        scores_nv(q, k, stride, nb, s, 8);
+    else if (hd == 256)
+        scores_nv(q, k, stride, nb, s, 16);
+    else
+        attn_scores_gen(q, k, stride, nb, hd, s);
+}
+
+static void attn_accum_avx512(float *acc, const float *v, size_t stride, const float *p, int nb, int hd)
+{
+    if (hd == 128)
+        accum_nv(acc, v, stride, p, nb, 8);
+    else if (hd == 256)
+        accum_nv(acc, v, stride, p, nb, 16);
+    else
+        attn_accum_gen(acc, v, stride, p, nb, hd);
+}
+
 static const lmx_cpu_kernels avx512 = {
     .path = LMX_CPU_AVX512,
     .q4_chunk = 32,
@@ -311,6 +368,8 @@ static const lmx_cpu_kernels avx512 = {
     .tile_mr = MR,
     .tile_nx = NX,
     .tile = tile_avx512,
+    .attn_scores = attn_scores_avx512,
+    .attn_accum = attn_accum_avx512,
     .dot = dot_avx512,
     .axpy = axpy_avx512,
     .scale = scale_avx512,

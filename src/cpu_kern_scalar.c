@@ -93,6 +93,8 @@ static void tile_scalar(const float *wt, int ldw, int mr, int K, const float *xt
             out[(size_t)i * ldo + r] = acc[r][i];
 }
 
+GEN_ATTN(scalar, dot_scalar, axpy_scalar)
+
 static const lmx_cpu_kernels scalar = {
     .path = LMX_CPU_SCALAR,
     .q4_chunk = 2,
@@ -101,6 +103,8 @@ static const lmx_cpu_kernels scalar = {
     .tile_mr = MR,
     .tile_nx = NX,
     .tile = tile_scalar,
+    .attn_scores = attn_scores_scalar,
+    .attn_accum = attn_accum_scalar,
     .dot = dot_scalar,
     .axpy = axpy_scalar,
     .scale = scale_scalar,

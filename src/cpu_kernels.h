@@ -42,6 +42,10 @@ typedef struct lmx_cpu_kernels {
      * (xt[k * ldx + i]); writes out[i * ldo + r] for r < mr, i < nx. */
     int tile_mr, tile_nx;
     void (*tile)(const float *wt, int ldw, int mr, int K, const float *xt, int ldx, int nx, float *out, int ldo);
+    /* Attention over a block of nb keys/values at rows k + b * stride:
+     * s[b] = q . k_b, and acc[0, hd) += sum_b p[b] * v_b. */
+    void (*attn_scores)(const float *q, const float *k, size_t stride, int nb, int hd, float *s);
+    void (*attn_accum)(float *acc, const float *v, size_t stride, const float *p, int nb, int hd);
     float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n); /* y += a * x */
     void (*scale)(float *y, float a, int n);                /* y *= a */

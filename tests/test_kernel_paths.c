@@ -104,6 +104,30 @@ static void check_kernels(const lmx_cpu_kernels *k, const lmx_cpu_kernels *ref, 
     for (int i = 0; i < 77; i++)
         worst = fmaxf(worst, fabsf(y[i] - z[i]));
     CHECK(worst < 1e-6f, "%s axpy/scale: %g", lmx_cpu_path_name(k->path), worst);
+    /* attention blocks, for the head sizes with register-resident kernels */
+    enum { NB = 37, STRIDE = 512 + 16 };
+    static float q[256], kv[NB * STRIDE], pr[NB], s1[NB], s2[NB], acc1[256], acc2[256];
+    for (int i = 0; i < NB * STRIDE; i++)
+        kv[i] = frand();
+    for (int i = 0; i < 256; i++)
+        q[i] = frand(), acc1[i] = acc2[i] = frand();
+    for (int b = 0; b < NB; b++)
+        pr[b] = fabsf(frand());
+    const int hds[] = {64, 128, 256};
+    for (int h = 0; h < 3; h++) {
+        int hd = hds[h];
+        k->attn_scores(q, kv, STRIDE, NB, hd, s1);
+        ref->attn_scores(q, kv, STRIDE, NB, hd, s2);
+        k->attn_accum(acc1, kv, STRIDE, pr, NB, hd);
+        ref->attn_accum(acc2, kv, STRIDE, pr, NB, hd);
+        float ws = 0, wa = 0;
+        for (int b = 0; b < NB; b++)
+            ws = fmaxf(ws, fabsf(s1[b] - s2[b]));
+        for (int i = 0; i < hd; i++)
+            wa = fmaxf(wa, fabsf(acc1[i] - acc2[i]));
+        CHECK(ws < 1e-4f && wa < 1e-4f, "%s attention hd %d: scores %g, accum %g", lmx_cpu_path_name(k->path),
+              hd, ws, wa);
+    }
     lmx_cpu_mm_free(mm);
     lmx_cpu_mm_free(mr);
 }
