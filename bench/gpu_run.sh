@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine (device tool): build, run test_cuda, then bench/gpu_bench
 # on synthetic bf16 checkpoints. Usage: bench/gpu_run.sh [MODEL...]
-# (models as in `lmx synth --like`; none = tests only). Logs go to $OUT.
+# (models as in `lmx synth --like`; none = tests only; BENCH_ARGS are passed
+# to gpu_bench, e.g. "--chunk 4096"). Logs go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/lmx-out}
@@ -12,8 +13,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DLMX_WERROR=ON "${lmx_cmake_pc[@]}" >"$out/cmake.log" 2>&1 ||
     { tail -30 "$out/cmake.log"; exit 1; }
 cmake --build build-gpu -j16 >"$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -30; exit 1; }
-(cd build-gpu && ctest -R test_cuda --output-on-failure) >"$out/test_cuda.log" 2>&1
+(cd build-gpu && ctest -R test_cuda --output-on-failure -V) >"$out/test_cuda.log" 2>&1
 grep -E "relative error|worst|passed|failed|Skipped|CHECK" "$out/test_cuda.log" | head -40
+mkdir -p /tmp/lmx-synth
 [ $# -gt 0 ] || exit 0
 libs=$(pkg-config --libs libcjson libpcre2-8 libutf8proc)
 gcc -O2 -Iinclude -Isrc -I/usr/local/cuda/include bench/gpu_bench.c build-gpu/liblmx.a $libs \
@@ -21,5 +23,6 @@ gcc -O2 -Iinclude -Isrc -I/usr/local/cuda/include bench/gpu_bench.c build-gpu/li
 for m in "$@"; do
     d=/tmp/lmx-synth/$m
     [ -d "$d" ] || ./build-gpu/lmx synth --like "$m" "$d" >/dev/null || exit 1
-    ./build-gpu/gpu_bench "$d" 2>&1 | tee -a "$out/bench.log"
+    ./build-gpu/gpu_bench "$d" ${BENCH_ARGS:-} 2>&1 | tee -a "$out/bench.log"
+    rm -rf "$d" # the disk holds one large checkpoint at a time
 done

@@ -79,6 +79,9 @@ typedef struct lmx_backend_ops {
     void (*step_begin)(lmx_backend *be, const void *key, int flags, const int32_t *ids, int n_rows,
                        int pos0);
     lmx_status (*step_end)(lmx_backend *be, lmx_error *err);
+    /* Prefill chunk (rows per forward step) this backend prefers; 0 = the
+     * context's default. */
+    int prefill_rows;
 } lmx_backend_ops;
 
 struct lmx_backend {

@@ -35,7 +35,7 @@ struct lmx_tensor {
 
 namespace {
 
-enum { GEMV_ROWS = 8, MAX_IDS = 4096, SPLIT_KEYS = 256, MAX_GRAPHS = 16, MAX_ROPES = 8 };
+enum { GEMV_ROWS = 8, MAX_IDS = 4096, SPLIT_KEYS = 64, MAX_GRAPHS = 16, MAX_ROPES = 8 };
 enum step_mode { NO_STEP, EAGER, CAPTURE, REPLAY };
 
 struct graph_entry {
@@ -191,6 +191,30 @@ template <typename T> bool grow(cuda_backend *b, T **buf, size_t *cap, size_t n,
 
 /* Kernels ------------------------------------------------------------------ */
 
+/* Programmatic dependent launch: every kernel is launched allowed to start
+ * before its predecessor ends (hiding launch gaps, in graphs too), lets its
+ * own successor start at once, and waits for its predecessors' results
+ * with pdl_wait() before touching any memory they read or write. Only
+ * immutable data (weights) may be read before the wait. */
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" :::); }
+
+template <typename... KArgs, typename... Args>
+void launch(cuda_backend *b, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shm, Args... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = shm;
+    cfg.stream = b->stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    ok(b, cudaLaunchKernelEx(&cfg, kernel, (KArgs)args...), "launch");
+}
+
 __device__ __forceinline__ float load_w(const void *w, int dt, size_t i)
 {
     switch (dt) {
@@ -210,6 +234,8 @@ __device__ __forceinline__ float warp_sum(float v)
 
 __global__ void k_embed(float *out, const void *table, int dt, const int *ids, int cols, float scale)
 {
+    pdl_wait();
+    pdl_trigger();
     int i = blockIdx.y;
     size_t row = (size_t)ids[i] * cols;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
@@ -219,6 +245,8 @@ __global__ void k_embed(float *out, const void *table, int dt, const int *ids, i
 /* One block per dim-long vector. */
 __global__ void k_rmsnorm(float *out, const float *x, const void *w, int dt, int dim, float eps, int plus_one)
 {
+    pdl_wait();
+    pdl_trigger();
     __shared__ float red[32];
     const float *src = x + (size_t)blockIdx.x * dim;
     float *dst = out + (size_t)blockIdx.x * dim;
@@ -298,6 +326,12 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(float *__restrict__ ou
         return;
     const uint4 *wr = (const uint4 *)(w + (size_t)n * K);
     int nv = K / V;
+    /* the weights are immutable: start streaming them into L2 while the
+     * previous kernel finishes */
+    for (int c = lane; c < nv / 8; c += 32)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(wr + 8 * c));
+    pdl_wait();
+    pdl_trigger();
     float acc[R];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -353,6 +387,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(float *__restrict__ ou
 /* Any K, any alignment: one warp per (row of x, weight row). */
 __global__ void k_gemv_any(float *out, const float *x, const void *w, int dt, int N, int K)
 {
+    pdl_wait();
+    pdl_trigger();
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int n = blockIdx.x * GEMV_WARPS + warp, r = blockIdx.y;
     if (n >= N)
@@ -367,6 +403,8 @@ __global__ void k_gemv_any(float *out, const float *x, const void *w, int dt, in
 
 __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
 {
+    pdl_wait();
+    pdl_trigger();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         dst[i] = __float2bfloat16_rn(src[i]);
 }
@@ -375,6 +413,8 @@ __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
  * float32 inverse frequencies computed on the host as the CPU backend does. */
 __global__ void k_rope(float *x, const float *inv, int cols, int head_dim, const int *dpos, int pos0, int n_rows)
 {
+    pdl_wait();
+    pdl_trigger();
     int half = head_dim / 2, n_heads = cols / head_dim;
     size_t total = (size_t)n_rows * n_heads * half;
     int base = dpos ? *dpos : pos0;
@@ -394,6 +434,8 @@ __global__ void k_rope(float *x, const float *inv, int cols, int head_dim, const
 __global__ void k_kv_write(float *kc, float *vc, const float *k, const float *v, int cols, int slots,
                            const int *dpos, int pos0, int n_rows)
 {
+    pdl_wait();
+    pdl_trigger();
     int base = dpos ? *dpos : pos0;
     size_t total = (size_t)n_rows * cols;
     for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < total; t += (size_t)gridDim.x * blockDim.x) {
@@ -416,6 +458,8 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
     k_attn(float *out, float *part, const float *q, const float *kc, const float *vc, int slots, int H, int KVH,
            int hd, int window, float scale, float softcap, const int *dpos, int pos0, int split_keys)
 {
+    pdl_wait();
+    pdl_trigger();
     extern __shared__ float sh[]; /* ATTN_WARPS * (hd + 2) */
     int h = blockIdx.x, i = blockIdx.y, s = blockIdx.z, nsplit = gridDim.z;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -437,13 +481,17 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
     for (int t = t0 + warp; t < t1; t += ATTN_WARPS) {
         size_t off = (size_t)(t % slots) * kvs + (size_t)kvh * hd;
         const float *kr = kc + off, *vr = vc + off;
-        float dot = 0;
+        float kv[D], vv[D]; /* both loads in flight before the reduction */
 #pragma unroll
         for (int j = 0; j < D; j++) {
             int d = lane + 32 * j;
-            if (d < hd)
-                dot += qv[j] * kr[d];
+            kv[j] = d < hd ? kr[d] : 0;
+            vv[j] = d < hd ? vr[d] : 0;
         }
+        float dot = 0;
+#pragma unroll
+        for (int j = 0; j < D; j++)
+            dot += qv[j] * kv[j];
         float sc = warp_sum(dot) * scale;
         if (softcap > 0)
             sc = softcap * tanhf(sc / softcap);
@@ -458,11 +506,8 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
         float e = expf(sc - m);
         l += e;
 #pragma unroll
-        for (int j = 0; j < D; j++) {
-            int d = lane + 32 * j;
-            if (d < hd)
-                acc[j] += e * vr[d];
-        }
+        for (int j = 0; j < D; j++)
+            acc[j] += e * vv[j];
     }
     float *mine = sh + warp * (hd + 2);
 #pragma unroll
@@ -498,9 +543,135 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
     }
 }
 
+
+enum { PF_ROWS = 32, PF_KEYS = 32, PF_WARPS = 4 };
+
+/* Shared memory of k_attn_prefill: queries, then keys and values of one
+ * tile, rows padded by 4 floats (16-byte loads, no bank conflicts). */
+size_t prefill_shm(int hd) { return (size_t)(PF_ROWS + 2 * PF_KEYS) * (hd + 4) * sizeof(float); }
+
+/* Causal attention for many query rows: one block per (head, PF_ROWS
+ * queries), keys in PF_KEYS-long tiles staged in shared memory and shared
+ * by every query of the block; each warp owns PF_ROWS / PF_WARPS queries,
+ * each lane scores one key of the tile, then an online-softmax update of
+ * the lane's D dimensions. */
+template <int D>
+__global__ void __launch_bounds__(PF_WARPS * 32)
+    k_attn_prefill(float *out, const float *q, const float *kc, const float *vc, int slots, int H, int KVH, int hd,
+                   int window, float scale, float softcap, const int *dpos, int pos0, int n_rows)
+{
+    pdl_wait();
+    pdl_trigger();
+    constexpr int RW = PF_ROWS / PF_WARPS;
+    extern __shared__ float sh[];
+    int ld = hd + 4;
+    float *Qs = sh, *Ks = Qs + PF_ROWS * ld, *Vs = Ks + PF_KEYS * ld;
+    int h = blockIdx.x, r0 = blockIdx.y * PF_ROWS, nr = min(PF_ROWS, n_rows - r0);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int base = (dpos ? *dpos : pos0) + r0;
+    int kvh = h / (H / KVH);
+    size_t kvs = (size_t)KVH * hd;
+    for (int i = threadIdx.x; i < nr * hd; i += blockDim.x)
+        Qs[(i / hd) * ld + i % hd] = q[((size_t)(r0 + i / hd) * H + h) * hd + i % hd];
+    float m[RW], l[RW], acc[RW][D];
+#pragma unroll
+    for (int r = 0; r < RW; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0;
+#pragma unroll
+        for (int j = 0; j < D; j++)
+            acc[r][j] = 0;
+    }
+    int last = base + nr - 1;
+    int lo = window > 0 && base - window + 1 > 0 ? base - window + 1 : 0;
+    for (int t0 = lo; t0 <= last; t0 += PF_KEYS) {
+        __syncthreads(); /* the previous tile is consumed (and Qs written) */
+        /* 16-byte loads, four of each in flight per thread */
+        int n4 = PF_KEYS * hd / 4, h4 = hd / 4;
+        for (int i0 = threadIdx.x; i0 < n4; i0 += 4 * blockDim.x) {
+            float4 kv[4], vv[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                int i = i0 + u * blockDim.x, j = i / h4, t = t0 + j;
+                float4 z = make_float4(0, 0, 0, 0);
+                size_t off = ((size_t)(t % slots) * kvs + (size_t)kvh * hd) / 4 + i % h4;
+                bool in = i < n4 && t <= last;
+                kv[u] = in ? ((const float4 *)kc)[off] : z;
+                vv[u] = in ? ((const float4 *)vc)[off] : z;
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                int i = i0 + u * blockDim.x, j = i / h4;
+                if (i < n4) {
+                    *(float4 *)(Ks + j * ld + 4 * (i % h4)) = kv[u];
+                    *(float4 *)(Vs + j * ld + 4 * (i % h4)) = vv[u];
+                }
+            }
+        }
+        __syncthreads();
+        int t = t0 + lane;
+#pragma unroll
+        for (int rr = 0; rr < RW; rr++) {
+            int r = warp * RW + rr;
+            if (r >= nr)
+                break;
+            int pos = base + r, rlo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+            float s = -INFINITY;
+            if (t <= pos && t >= rlo) {
+                const float4 *qr = (const float4 *)(Qs + r * ld), *kr = (const float4 *)(Ks + lane * ld);
+                float dot = 0;
+                for (int d = 0; d < hd / 4; d++) {
+                    float4 a = qr[d], b = kr[d];
+                    dot += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+                }
+                s = dot * scale;
+                if (softcap > 0)
+                    s = softcap * tanhf(s / softcap);
+            }
+            float tmax = s;
+#pragma unroll
+            for (int o = 16; o; o >>= 1)
+                tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
+            if (tmax == -INFINITY)
+                continue; /* no key of this tile for this query */
+            float mn = fmaxf(m[rr], tmax);
+            float corr = m[rr] == -INFINITY ? 0.0f : expf(m[rr] - mn);
+            float pj = s == -INFINITY ? 0.0f : expf(s - mn);
+            l[rr] = l[rr] * corr + warp_sum(pj);
+            m[rr] = mn;
+#pragma unroll
+            for (int j = 0; j < D; j++)
+                acc[rr][j] *= corr;
+            for (int k = 0; k < PF_KEYS; k++) {
+                float p = __shfl_sync(0xffffffffu, pj, k);
+#pragma unroll
+                for (int j = 0; j < D; j++) {
+                    int d = lane + 32 * j;
+                    if (d < hd)
+                        acc[rr][j] += p * Vs[k * ld + d];
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int rr = 0; rr < RW; rr++) {
+        int r = warp * RW + rr;
+        if (r >= nr)
+            break;
+#pragma unroll
+        for (int j = 0; j < D; j++) {
+            int d = lane + 32 * j;
+            if (d < hd)
+                out[((size_t)(r0 + r) * H + h) * hd + d] = acc[rr][j] / l[rr];
+        }
+    }
+}
+
 /* Merges the splits of k_attn: one block per (head, query row). */
 __global__ void k_attn_merge(float *out, const float *part, int H, int hd, int nsplit)
 {
+    pdl_wait();
+    pdl_trigger();
     int h = blockIdx.x, i = blockIdx.y;
     const float *p = part + ((size_t)i * H + h) * nsplit * (hd + 2);
     float M = -INFINITY;
@@ -525,6 +696,8 @@ __global__ void k_attn_merge(float *out, const float *part, int H, int hd, int n
 
 __global__ void k_gated_act(float *g, const float *u, size_t n, int gelu)
 {
+    pdl_wait();
+    pdl_trigger();
     const float k = 0.7978845608028654f; /* sqrt(2/pi) */
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float x = g[i];
@@ -535,12 +708,16 @@ __global__ void k_gated_act(float *g, const float *u, size_t n, int gelu)
 
 __global__ void k_add(float *x, const float *y, size_t n)
 {
+    pdl_wait();
+    pdl_trigger();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         x[i] += y[i];
 }
 
 __global__ void k_softcap(float *x, size_t n, float cap)
 {
+    pdl_wait();
+    pdl_trigger();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         x[i] = cap * tanhf(x[i] / cap);
 }
@@ -647,7 +824,7 @@ void cuda_embed(lmx_backend *be, lmx_tensor *out, const lmx_tensor *table, const
             return;
     }
     dim3 grid(blocks_for((size_t)out->cols, 256) < 64 ? blocks_for((size_t)out->cols, 256) : 64, n_rows);
-    k_embed<<<grid, 256, 0, b->stream>>>(f32(out), table->data, table->dtype, d_ids, out->cols, scale);
+    launch(b, k_embed, grid, 256, 0, f32(out), table->data, table->dtype, d_ids, out->cols, scale);
     launched(b, "embed");
 }
 
@@ -662,7 +839,7 @@ void cuda_rmsnorm(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, const l
     if (!n_vec)
         return;
     int threads = dim >= 1024 ? 1024 : dim >= 256 ? 256 : dim > 64 ? 128 : 64;
-    k_rmsnorm<<<(unsigned)n_vec, threads, 0, b->stream>>>(f32(out), f32(x), w->data, w->dtype, dim, eps, plus_one);
+    launch(b, k_rmsnorm, (unsigned)n_vec, threads, 0, f32(out), f32(x), w->data, w->dtype, dim, eps, plus_one);
     launched(b, "rmsnorm");
 }
 
@@ -671,13 +848,13 @@ template <typename W> void gemv_launch(cuda_backend *b, float *out, const float 
     unsigned grid = (unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS);
     int th = GEMV_WARPS * 32;
     if (nr <= 1)
-        k_gemv<W, 1><<<grid, th, 0, b->stream>>>(out, x, w, N, K, nr);
+        launch(b, k_gemv<W, 1>, grid, th, 0, out, x, w, N, K, nr);
     else if (nr <= 2)
-        k_gemv<W, 2><<<grid, th, 0, b->stream>>>(out, x, w, N, K, nr);
+        launch(b, k_gemv<W, 2>, grid, th, 0, out, x, w, N, K, nr);
     else if (nr <= 4)
-        k_gemv<W, 4><<<grid, th, 0, b->stream>>>(out, x, w, N, K, nr);
+        launch(b, k_gemv<W, 4>, grid, th, 0, out, x, w, N, K, nr);
     else
-        k_gemv<W, 8><<<grid, th, 0, b->stream>>>(out, x, w, N, K, nr);
+        launch(b, k_gemv<W, 8>, grid, th, 0, out, x, w, N, K, nr);
 }
 
 /* Up to GEMV_ROWS rows of x against w, bandwidth-bound. */
@@ -694,7 +871,7 @@ void gemv(cuda_backend *b, float *out, const float *x, const lmx_tensor *w, int 
             gemv_launch(b, out, x, (const float *)w->data, N, K, nr);
     } else {
         dim3 grid((unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS), nr);
-        k_gemv_any<<<grid, GEMV_WARPS * 32, 0, b->stream>>>(out, x, w->data, w->dtype, N, K);
+        launch(b, k_gemv_any, grid, GEMV_WARPS * 32, 0, out, x, w->data, w->dtype, N, K);
     }
     launched(b, "matmul (gemv)");
 }
@@ -732,7 +909,7 @@ void cuda_matmul(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, const lm
     size_t n = (size_t)n_rows * K;
     if (!grow(b, &b->xbf, &b->xbf_cap, n, "bf16 activations"))
         return;
-    k_to_bf16<<<blocks_for(n, 256), 256, 0, b->stream>>>(b->xbf, f32(x), n);
+    launch(b, k_to_bf16, blocks_for(n, 256), 256, 0, b->xbf, f32(x), n);
     launched(b, "to bf16");
     /* column-major view: out^T [N, n] = W [K, N]^T . X^T [K, n] */
     blas_ok(b,
@@ -782,7 +959,7 @@ void cuda_rope(lmx_backend *be, lmx_tensor *x, int n_rows, int head_dim, int pos
     if (!inv)
         return;
     size_t total = (size_t)n_rows * (x->cols / head_dim) * (head_dim / 2);
-    k_rope<<<blocks_for(total, 256), 256, 0, b->stream>>>(f32(x), inv, x->cols, head_dim, step_pos(b, pos0), pos0,
+    launch(b, k_rope, blocks_for(total, 256), 256, 0, f32(x), inv, x->cols, head_dim, step_pos(b, pos0), pos0,
                                                           n_rows);
     launched(b, "rope");
 }
@@ -794,7 +971,7 @@ void cuda_kv_write(lmx_backend *be, lmx_tensor *kc, lmx_tensor *vc, const lmx_te
     if (skip_op(b, OP_KV, kc, vc, k, n_rows, (long)(uintptr_t)v))
         return;
     size_t total = (size_t)n_rows * k->cols;
-    k_kv_write<<<blocks_for(total, 256), 256, 0, b->stream>>>(f32(kc), f32(vc), f32(k), f32(v), k->cols, kc->rows,
+    launch(b, k_kv_write, blocks_for(total, 256), 256, 0, f32(kc), f32(vc), f32(k), f32(v), k->cols, kc->rows,
                                                               step_pos(b, pos0), pos0, n_rows);
     launched(b, "kv_write");
 }
@@ -811,6 +988,27 @@ void cuda_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const
              p->n_kv_heads);
         return;
     }
+    const int *dpos = step_pos(b, p->pos0);
+    if (p->n_rows > GEMV_ROWS && D <= 8 && hd % 4 == 0) {
+        size_t shm = prefill_shm(hd);
+        dim3 grid(p->n_heads, (p->n_rows + PF_ROWS - 1) / PF_ROWS);
+#define PREFILL(DD)                                                                                                \
+    do {                                                                                                           \
+        cudaFuncSetAttribute(k_attn_prefill<DD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm);          \
+        launch(b, k_attn_prefill<DD>, grid, PF_WARPS * 32, shm, f32(out), f32(q), f32(kc), f32(vc), kc->rows,  \
+                                                                   p->n_heads, p->n_kv_heads, hd, p->window,       \
+                                                                   p->scale, p->softcap, dpos, p->pos0, p->n_rows); \
+    } while (0)
+        if (D <= 2)
+            PREFILL(2);
+        else if (D <= 4)
+            PREFILL(4);
+        else
+            PREFILL(8);
+#undef PREFILL
+        launched(b, "attention (prefill)");
+        return;
+    }
     /* Decode: the keys split in SPLIT_KEYS-long pieces, as many as the cache
      * could ever need, so the grid does not depend on the position. */
     int nsplit = p->n_rows <= GEMV_ROWS ? (kc->rows + SPLIT_KEYS - 1) / SPLIT_KEYS : 1;
@@ -819,9 +1017,8 @@ void cuda_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const
         return;
     dim3 grid(p->n_heads, p->n_rows, nsplit);
     size_t shm = (size_t)ATTN_WARPS * (hd + 2) * sizeof(float);
-    const int *dpos = step_pos(b, p->pos0);
 #define ATTN(DD)                                                                                                   \
-    k_attn<DD><<<grid, ATTN_WARPS * 32, shm, b->stream>>>(f32(out), b->part, f32(q), f32(kc), f32(vc), kc->rows,    \
+    launch(b, k_attn<DD>, grid, ATTN_WARPS * 32, shm, f32(out), b->part, f32(q), f32(kc), f32(vc), kc->rows,    \
                                                           p->n_heads, p->n_kv_heads, hd, p->window, p->scale,       \
                                                           p->softcap, dpos, p->pos0, SPLIT_KEYS)
     if (D <= 2)
@@ -837,7 +1034,7 @@ void cuda_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const
 #undef ATTN
     launched(b, "attention");
     if (nsplit > 1) {
-        k_attn_merge<<<dim3(p->n_heads, p->n_rows), hd < 1024 ? ((hd + 31) / 32) * 32 : 1024, 0, b->stream>>>(
+        launch(b, k_attn_merge, dim3(p->n_heads, p->n_rows), hd < 1024 ? ((hd + 31) / 32) * 32 : 1024, 0, 
             f32(out), b->part, p->n_heads, hd, nsplit);
         launched(b, "attention merge");
     }
@@ -849,7 +1046,7 @@ void cuda_gated_act(lmx_backend *be, lmx_tensor *gate, const lmx_tensor *up, int
     if (skip_op(b, OP_ACT, gate, up, NULL, n_rows, act))
         return;
     size_t n = (size_t)n_rows * gate->cols;
-    k_gated_act<<<blocks_for(n, 256), 256, 0, b->stream>>>(f32(gate), f32(up), n, act == LMX_ACT_GELU_TANH);
+    launch(b, k_gated_act, blocks_for(n, 256), 256, 0, f32(gate), f32(up), n, act == LMX_ACT_GELU_TANH);
     launched(b, "gated_act");
 }
 
@@ -859,7 +1056,7 @@ void cuda_add(lmx_backend *be, lmx_tensor *x, const lmx_tensor *y, int n_rows)
     if (skip_op(b, OP_ADD, x, y, NULL, n_rows, 0))
         return;
     size_t n = (size_t)n_rows * x->cols;
-    k_add<<<blocks_for(n, 256), 256, 0, b->stream>>>(f32(x), f32(y), n);
+    launch(b, k_add, blocks_for(n, 256), 256, 0, f32(x), f32(y), n);
     launched(b, "add");
 }
 
@@ -869,7 +1066,7 @@ void cuda_softcap(lmx_backend *be, lmx_tensor *x, int n_rows, float cap)
     if (skip_op(b, OP_CAP, x, NULL, NULL, n_rows, (long)(cap * 1e6f)))
         return;
     size_t n = (size_t)n_rows * x->cols;
-    k_softcap<<<blocks_for(n, 256), 256, 0, b->stream>>>(f32(x), n, cap);
+    launch(b, k_softcap, blocks_for(n, 256), 256, 0, f32(x), n, cap);
     launched(b, "softcap");
 }
 
@@ -1048,6 +1245,7 @@ const lmx_backend_ops cuda_ops = {
     "cuda",         cuda_destroy,   cuda_weight,     cuda_alloc,   cuda_free,      cuda_embed,
     cuda_rmsnorm,   cuda_matmul,    cuda_rope,       cuda_kv_write, cuda_attention, cuda_gated_act,
     cuda_add,       cuda_softcap,   cuda_copy_rows,  cuda_read,    cuda_step_begin, cuda_step_end,
+    512, /* prefill rows: enough for the tensor cores, activations stay small */
 };
 
 } // namespace

@@ -18,7 +18,8 @@ struct lmx_context {
 
 lmx_context *lmx_context_new(lmx_model *m, int n_ctx, lmx_error *err)
 {
-    return lmx_context_new_chunked(m, n_ctx, CHUNK_ROWS, err);
+    int rows = m && m->be->ops->prefill_rows ? m->be->ops->prefill_rows : CHUNK_ROWS;
+    return lmx_context_new_chunked(m, n_ctx, rows, err);
 }
 
 lmx_context *lmx_context_new_chunked(lmx_model *m, int n_ctx, int chunk_rows, lmx_error *err)
