@@ -14,13 +14,11 @@ static int fail(lmx_tokjson *j)
     return -1;
 }
 
-char lmx_tokjson_peek(lmx_tokjson *j)
+char lmx_tokjson_skip_ws(lmx_tokjson *j)
 {
     const char *p = j->p, *e = j->end;
     if (!p)
         return 0;
-    if (p < e && (unsigned char)*p > ' ') /* the common case: no whitespace */
-        return *p;
     /* pretty-printed files indent with runs of spaces: take 8 at a time,
      * and the end of a run from the first differing byte */
     for (;;) {

@@ -15,7 +15,14 @@ typedef struct lmx_tokjson {
 } lmx_tokjson;
 
 /* Skips whitespace; returns the next byte or 0 at the end. */
-char lmx_tokjson_peek(lmx_tokjson *j);
+char lmx_tokjson_skip_ws(lmx_tokjson *j);
+/* The same, inline for the common case of no whitespace (called per token). */
+static inline char lmx_tokjson_peek(lmx_tokjson *j)
+{
+    if (j->p && j->p < j->end && (unsigned char)*j->p > ' ')
+        return *j->p;
+    return lmx_tokjson_skip_ws(j);
+}
 /* Consumes c (after whitespace) or fails. Returns 0 on success. */
 int lmx_tokjson_expect(lmx_tokjson *j, char c);
 /* Decodes the string at the cursor into out (cleared first, NUL-terminated). */
