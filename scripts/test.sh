@@ -14,7 +14,7 @@ cmake --build build -j"$jobs"
 (cd build && ctest --output-on-failure -j"$jobs")
 
 echo "== valgrind: streams, sessions and models close without leaks or invalid accesses"
-vg=(valgrind --quiet --leak-check=full --errors-for-leak-kinds=definite,indirect --error-exitcode=9)
+vg=(valgrind --quiet --suppressions=scripts/valgrind.supp --leak-check=full --errors-for-leak-kinds=definite,indirect --error-exitcode=9)
 "${vg[@]}" ./build/lmx run tests/data/qwen3-tiny --chat -p "Hi" -n 6 --temp 0.7 --seed 1 --stop "xyz" >/dev/null
 printf 'Hello!\nAnd then?\n' | "${vg[@]}" ./build/lmx chat tests/data/gemma3-tiny -n 4 --temp 0 >/dev/null
 echo "valgrind: clean"
