@@ -15,6 +15,15 @@ cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DLMX_WERROR=ON "${lmx_cmake_
 cmake --build build-gpu -j16 >"$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -30; exit 1; }
 (cd build-gpu && ctest -R test_cuda --output-on-failure -V) >"$out/test_cuda.log" 2>&1
 grep -E "relative error|worst|passed|failed|Skipped|CHECK" "$out/test_cuda.log" | head -40
+# the CLI on both devices: same greedy text
+if [ -f tests/data/qwen3-tiny/tokenizer.json ]; then
+    for d in cuda cpu; do
+        printf '%s: ' $d
+        ./build-gpu/lmx run tests/data/qwen3-tiny --device $d -p "The sky is" -n 12 --temp 0 2>&1 | tr '\n' ' '
+        echo
+    done
+fi
+./build-gpu/lmx info tests/data/gemma3-small --device cuda | head -2
 mkdir -p /tmp/lmx-synth
 [ $# -gt 0 ] || exit 0
 libs=$(pkg-config --libs libcjson libpcre2-8 libutf8proc)

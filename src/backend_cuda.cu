@@ -1250,9 +1250,11 @@ const lmx_backend_ops cuda_ops = {
 
 } // namespace
 
+static int have_driver(void) { return access("/dev/nvidiactl", F_OK) == 0 || access("/dev/dxg", F_OK) == 0; }
+
 extern "C" int lmx_backend_cuda_available(void)
 {
-    if (access("/dev/nvidiactl", F_OK) != 0 && access("/dev/dxg", F_OK) != 0)
+    if (!have_driver())
         return 0;
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
@@ -1260,6 +1262,10 @@ extern "C" int lmx_backend_cuda_available(void)
 
 extern "C" lmx_backend *lmx_backend_cuda_new(int device, lmx_error *err)
 {
+    if (!have_driver()) {
+        lmx_fail(err, LMX_ERR_UNSUPPORTED, "lmx_load: device cuda: no NVIDIA driver (no /dev/nvidiactl)");
+        return NULL;
+    }
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n <= device) {
