@@ -252,7 +252,7 @@ static void attn_task(void *ctx, int task, int worker)
     int kvh = h / (p->n_heads / p->n_kv_heads);
     size_t kv_stride = (size_t)p->n_kv_heads * hd, q_stride = (size_t)p->n_heads * hd;
     float acc[ATTN_ROWS][hd], sc[ATTN_BLOCK], m[ATTN_ROWS], l[ATTN_ROWS];
-    int lo[ATTN_ROWS];
+    int lo[ATTN_ROWS] = {0}; /* nr >= 1; the zeroes keep -Wmaybe-uninitialized quiet */
     for (int r = 0; r < nr; r++) {
         int pos = p->pos0 + i0 + r;
         lo[r] = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0;
