@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "testutil.h"
+#include "tok_regex.h"
 #include "tokenizer.h"
 
 static lmx_tokenizer *load_json(const char *json)
@@ -290,6 +291,33 @@ static void test_random_streams(void)
     }
 }
 
+/* Regexes mean what Oniguruma (tokenizers' engine) makes of them. */
+static void expect_matches(const char *pat, const char *text, size_t n, ...)
+{
+    lmx_tokre *re = NULL;
+    lmx_tokspans sp = {0};
+    int ok = lmx_tokre_compile(pat, strlen(pat), 0, &re, NULL) == LMX_OK &&
+             lmx_tokre_find_all(re, text, strlen(text), &sp, NULL) == LMX_OK && sp.n == n;
+    va_list ap;
+    va_start(ap, n);
+    for (size_t i = 0; ok && i < 2 * n; i++)
+        ok = sp.p[i] == (size_t)va_arg(ap, int);
+    va_end(ap);
+    CHECK(ok, "regex /%s/ on \"%s\": %zu matches", pat, text, sp.n);
+    lmx_tokspans_free(&sp);
+    lmx_tokre_free(re);
+}
+
+static void test_regex(void)
+{
+    expect_matches("\\w+", "a\302\262b c", 2, 0, 4, 5, 6);  /* U+00B2 (No) is a word char */
+    expect_matches("\\s", "a\341\240\216b", 0);            /* U+180E is no space */
+    expect_matches("\\s", "a\302\205b\343\200\200", 2, 1, 3, 4, 7); /* NEL, ideographic space */
+    expect_matches("[^\\s\\p{L}]+", "ab 12\xC2\xA0", 1, 3, 5);
+    expect_matches("x*", "ab", 3, 0, 0, 1, 1, 2, 2); /* empty matches, as Oniguruma's find_iter */
+    expect_matches("(?i:'s)", "IT'S", 1, 2, 4);
+}
+
 typedef struct job {
     const lmx_tokenizer *t;
     uint32_t sum;
@@ -340,6 +368,7 @@ int main(void)
     test_whitespace();
     test_byte_fallback();
     test_bytelevel_regex();
+    test_regex();
     test_real_specials();
     test_invalid_utf8();
     test_random_streams();
