@@ -15,6 +15,8 @@ cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DLMX_WERROR=ON "${lmx_cmake_
 cmake --build build-gpu -j16 >"$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -30; exit 1; }
 (cd build-gpu && ctest -R test_cuda --output-on-failure -V) >"$out/test_cuda.log" 2>&1
 grep -E "relative error|worst|passed|failed|Skipped|CHECK" "$out/test_cuda.log" | head -40
+echo "test_cuda with LMX_CUDA_ATTN=simt:"
+LMX_CUDA_ATTN=simt ./build-gpu/tests/test_cuda 2>&1 | grep -E "worst|passed|CHECK" | head -20
 # the CLI on both devices: same greedy text
 if [ -f tests/data/qwen3-tiny/tokenizer.json ]; then
     for d in cuda cpu; do
@@ -33,5 +35,9 @@ for m in "$@"; do
     d=/tmp/lmx-synth/$m
     [ -d "$d" ] || ./build-gpu/lmx synth --like "$m" "$d" >/dev/null || exit 1
     ./build-gpu/gpu_bench "$d" ${BENCH_ARGS:-} 2>&1 | tee -a "$out/bench.log"
+    case $m in qwen3*) # prefill attention without tensor cores, for comparison
+        LMX_CUDA_ATTN=simt ./build-gpu/gpu_bench "$d" ${BENCH_ARGS:-} 2>&1 | tail -1 | sed 's/^/simt attention: /' |
+            tee -a "$out/bench.log" ;;
+    esac
     rm -rf "$d" # the disk holds one large checkpoint at a time
 done

@@ -90,6 +90,7 @@ struct cuda_backend {
     float *part;
     size_t part_cap;
 
+    int simt_attn; /* LMX_CUDA_ATTN=simt: prefill attention without tensor cores */
     rope_table ropes[MAX_ROPES];
     int n_ropes;
 };
@@ -326,10 +327,6 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(float *__restrict__ ou
         return;
     const uint4 *wr = (const uint4 *)(w + (size_t)n * K);
     int nv = K / V;
-    /* the weights are immutable: start streaming them into L2 while the
-     * previous kernel finishes */
-    for (int c = lane; c < nv / 8; c += 32)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(wr + 8 * c));
     pdl_wait();
     pdl_trigger();
     float acc[R];
@@ -667,6 +664,170 @@ __global__ void __launch_bounds__(PF_WARPS * 32)
     }
 }
 
+enum { FA_Q = 64, FA_K = 64, FA_WARPS = 4 };
+
+__device__ __forceinline__ unsigned pack_bf16(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* lo in the low half */
+    return *(unsigned *)&v;
+}
+
+/* c += a . b on the tensor cores: a 16x16 bf16 (row), b 16x8 bf16 (col). */
+__device__ __forceinline__ void mma_bf16(float *c, const unsigned *a, const unsigned *b)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* Shared memory of k_attn_fa: queries and a key tile [rows][HD + 8], the
+ * value tile transposed [HD][FA_K + 8], bf16 (padding: conflict-free
+ * fragment reads). */
+size_t fa_shm(int hd) { return ((size_t)(FA_Q + FA_K) * (hd + 8) + (size_t)hd * (FA_K + 8)) * 2; }
+
+/* Prefill attention on the tensor cores (flash-attention style): one block
+ * per (head, FA_Q queries), each warp 16 queries; per FA_K-key tile, S = Q.K^T
+ * and O += P.V by mma.sync with Q, K, P, V rounded to bf16 and float32
+ * accumulation; online softmax on the score fragments in registers. */
+template <int HD>
+__global__ void __launch_bounds__(FA_WARPS * 32)
+    k_attn_fa(float *out, const float *q, const float *kc, const float *vc, int slots, int H, int KVH, int window,
+              float scale, float softcap, const int *dpos, int pos0, int n_rows)
+{
+    pdl_wait();
+    pdl_trigger();
+    constexpr int LD = HD + 8, LDV = FA_K + 8;
+    extern __shared__ __nv_bfloat16 fsh[];
+    __nv_bfloat16 *Qs = fsh, *Ks = Qs + FA_Q * LD, *Vt = Ks + FA_K * LD;
+    int h = blockIdx.x, r0 = blockIdx.y * FA_Q, nr = min(FA_Q, n_rows - r0);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
+    int base = (dpos ? *dpos : pos0) + r0;
+    int kvh = h / (H / KVH);
+    size_t kvs = (size_t)KVH * HD;
+    for (int i = threadIdx.x; i < FA_Q * HD / 2; i += blockDim.x) {
+        int row = i / (HD / 2), c2 = i % (HD / 2);
+        float2 v = row < nr ? ((const float2 *)(q + ((size_t)(r0 + row) * H + h) * HD))[c2] : make_float2(0, 0);
+        *(unsigned *)(Qs + row * LD + 2 * c2) = pack_bf16(v.x, v.y);
+    }
+    __syncthreads();
+    unsigned qa[HD / 16][4];
+    const __nv_bfloat16 *qrow = Qs + (warp * 16 + g) * LD + tg * 2;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+        qa[kk][0] = *(const unsigned *)(qrow + kk * 16);
+        qa[kk][1] = *(const unsigned *)(qrow + 8 * LD + kk * 16);
+        qa[kk][2] = *(const unsigned *)(qrow + kk * 16 + 8);
+        qa[kk][3] = *(const unsigned *)(qrow + 8 * LD + kk * 16 + 8);
+    }
+    float o[HD / 8][4];
+#pragma unroll
+    for (int d = 0; d < HD / 8; d++)
+        o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
+    int pos[2] = {base + warp * 16 + g, base + warp * 16 + g + 8}, rlo[2];
+    for (int r = 0; r < 2; r++)
+        rlo[r] = window > 0 && pos[r] - window + 1 > 0 ? pos[r] - window + 1 : 0;
+    int last = base + nr - 1;
+    int lo = window > 0 && base - window + 1 > 0 ? base - window + 1 : 0;
+    for (int t0 = lo; t0 <= last; t0 += FA_K) {
+        __syncthreads(); /* the previous tile is consumed */
+        for (int i = threadIdx.x; i < FA_K * HD / 4; i += blockDim.x) {
+            /* K row-wise; V with consecutive threads on consecutive keys, so
+             * that the transposed stores hit distinct banks */
+            int j = i / (HD / 4), c4 = i % (HD / 4), t = t0 + j;
+            float4 z = make_float4(0, 0, 0, 0);
+            float4 kv = t <= last ? ((const float4 *)(kc + (size_t)(t % slots) * kvs + (size_t)kvh * HD))[c4] : z;
+            *(uint2 *)(Ks + j * LD + 4 * c4) = make_uint2(pack_bf16(kv.x, kv.y), pack_bf16(kv.z, kv.w));
+            int jv = i % FA_K, cv = i / FA_K, tv = t0 + jv;
+            float4 vv = tv <= last ? ((const float4 *)(vc + (size_t)(tv % slots) * kvs + (size_t)kvh * HD))[cv] : z;
+            Vt[(4 * cv + 0) * LDV + jv] = __float2bfloat16_rn(vv.x);
+            Vt[(4 * cv + 1) * LDV + jv] = __float2bfloat16_rn(vv.y);
+            Vt[(4 * cv + 2) * LDV + jv] = __float2bfloat16_rn(vv.z);
+            Vt[(4 * cv + 3) * LDV + jv] = __float2bfloat16_rn(vv.w);
+        }
+        __syncthreads();
+        float s[FA_K / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < FA_K / 8; nt++) {
+            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0;
+            const __nv_bfloat16 *krow = Ks + (nt * 8 + g) * LD + tg * 2;
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) {
+                unsigned b[2] = {*(const unsigned *)(krow + kk * 16), *(const unsigned *)(krow + kk * 16 + 8)};
+                mma_bf16(s[nt], qa[kk], b);
+            }
+        }
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nt = 0; nt < FA_K / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int r = e >> 1, t = t0 + nt * 8 + tg * 2 + (e & 1);
+                float v = s[nt][e] * scale;
+                if (softcap > 0)
+                    v = softcap * tanhf(v / softcap);
+                if (t > pos[r] || t < rlo[r])
+                    v = -INFINITY;
+                s[nt][e] = v;
+                mx[r] = fmaxf(mx[r], v);
+            }
+        float corr[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            float mn = fmaxf(m[r], mx[r]);
+            corr[r] = mn == -INFINITY ? 1.0f : expf(m[r] - mn);
+            m[r] = mn;
+            l[r] *= corr[r];
+        }
+#pragma unroll
+        for (int nt = 0; nt < FA_K / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int r = e >> 1;
+                float p = s[nt][e] == -INFINITY ? 0.0f : expf(s[nt][e] - m[r]);
+                s[nt][e] = p;
+                l[r] += p;
+            }
+#pragma unroll
+        for (int d = 0; d < HD / 8; d++) {
+            o[d][0] *= corr[0];
+            o[d][1] *= corr[0];
+            o[d][2] *= corr[1];
+            o[d][3] *= corr[1];
+        }
+#pragma unroll
+        for (int ks = 0; ks < FA_K / 16; ks++) {
+            unsigned pa[4] = {pack_bf16(s[2 * ks][0], s[2 * ks][1]), pack_bf16(s[2 * ks][2], s[2 * ks][3]),
+                              pack_bf16(s[2 * ks + 1][0], s[2 * ks + 1][1]),
+                              pack_bf16(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+#pragma unroll
+            for (int d = 0; d < HD / 8; d++) {
+                const __nv_bfloat16 *vrow = Vt + (d * 8 + g) * LDV + ks * 16 + tg * 2;
+                unsigned b[2] = {*(const unsigned *)vrow, *(const unsigned *)(vrow + 8)};
+                mma_bf16(o[d], pa, b);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int row = warp * 16 + g + 8 * r;
+        if (row >= nr)
+            continue;
+        float *dst = out + ((size_t)(r0 + row) * H + h) * HD + tg * 2;
+#pragma unroll
+        for (int d = 0; d < HD / 8; d++)
+            *(float2 *)(dst + d * 8) = make_float2(o[d][2 * r] / l[r], o[d][2 * r + 1] / l[r]);
+    }
+}
+
 /* Merges the splits of k_attn: one block per (head, query row). */
 __global__ void k_attn_merge(float *out, const float *part, int H, int hd, int nsplit)
 {
@@ -989,6 +1150,15 @@ void cuda_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const
         return;
     }
     const int *dpos = step_pos(b, p->pos0);
+    if (p->n_rows > GEMV_ROWS && (hd == 64 || hd == 128) && !b->simt_attn) {
+        size_t shm = fa_shm(hd);
+        dim3 grid(p->n_heads, (p->n_rows + FA_Q - 1) / FA_Q);
+        auto k = hd == 64 ? k_attn_fa<64> : k_attn_fa<128>;
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm);
+        launch(b, k, grid, FA_WARPS * 32, shm, f32(out), f32(q), f32(kc), f32(vc), kc->rows, p->n_heads,
+               p->n_kv_heads, p->window, p->scale, p->softcap, dpos, p->pos0, p->n_rows);
+        return;
+    }
     if (p->n_rows > GEMV_ROWS && D <= 8 && hd % 4 == 0) {
         size_t shm = prefill_shm(hd);
         dim3 grid(p->n_heads, (p->n_rows + PF_ROWS - 1) / PF_ROWS);
@@ -1280,6 +1450,8 @@ extern "C" lmx_backend *lmx_backend_cuda_new(int device, lmx_error *err)
     }
     b->base.ops = &cuda_ops;
     b->device = device;
+    const char *attn = getenv("LMX_CUDA_ATTN");
+    b->simt_attn = attn && !strcmp(attn, "simt");
     pthread_mutex_init(&b->lock, NULL);
     const char *what = "set device";
     e = cudaSetDevice(device);

@@ -16,7 +16,7 @@
 #include "testutil.h"
 
 /* Logits: max |ours - ref| over a row, relative to max(1, max |ref|). */
-#define LOGIT_TOL 2e-2f
+#define LOGIT_TOL 3e-2f
 
 static unsigned long long rng = 88172645463325252ull;
 static float frand(void)
@@ -208,7 +208,11 @@ static void check_attention(pair *p)
             char what[96];
             snprintf(what, sizeof what, "attention hd %d rows %d window %d softcap %g", hd, cases[k].n,
                      cases[k].window, (double)cases[k].softcap);
-            same(p, &o, cases[k].n, 1e-5f, what);
+            /* many rows with head_dim <= 128: tensor cores, q k p v in bf16 */
+            int tc = cases[k].n > 8 && hd <= 128 && !getenv("LMX_CUDA_ATTN");
+            float e = same(p, &o, cases[k].n, tc ? 5e-3f : 1e-5f, what);
+            if (tc)
+                printf("%s: relative error %.2e\n", what, e);
         }
         drop(p, &kc);
         drop(p, &vc);
