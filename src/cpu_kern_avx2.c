@@ -132,6 +132,44 @@ static void mv_quant(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x *x
     }
 }
 
+/* One x row: no per-row arrays (they would live on the stack). */
+static void mv_quant1(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x *x, float *out)
+{
+    int K = w->cols, G = w->group, ng = K / G, q4 = w->kind == LMX_WK_Q4;
+    size_t row_bytes = (size_t)K / (q4 ? 2 : 1);
+    const __m256i low4 = _mm256_set1_epi32(15);
+    const float *xs = q4 ? x->xq4 : x->x, *gs = x->gsum;
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *q = (const uint8_t *)w->data + (size_t)r * row_bytes;
+        const uint16_t *sc = w->scales + (size_t)r * ng, *bi = w->biases + (size_t)r * ng;
+        __m256 acc = _mm256_setzero_ps();
+        float bsum = 0;
+        for (int g = 0; g < ng; g++) {
+            __m256 d0 = _mm256_setzero_ps(), d1 = d0;
+            const float *xg = xs + (size_t)g * G;
+            if (q4) {
+                const uint8_t *qg = q + (size_t)g * G / 2;
+                for (int c = 0; c < G; c += 16) {
+                    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(qg + c / 2)));
+                    d0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v, low4)), _mm256_loadu_ps(xg + c), d0);
+                    d1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4)), _mm256_loadu_ps(xg + c + 8), d1);
+                }
+            } else {
+                const uint8_t *qg = q + (size_t)g * G;
+                for (int c = 0; c < G; c += 16) {
+                    __m256 v0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(qg + c))));
+                    __m256 v1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(qg + c + 8))));
+                    d0 = _mm256_fmadd_ps(v0, _mm256_loadu_ps(xg + c), d0);
+                    d1 = _mm256_fmadd_ps(v1, _mm256_loadu_ps(xg + c + 8), d1);
+                }
+            }
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(sc[g])), _mm256_add_ps(d0, d1), acc);
+            bsum += h2f(bi[g]) * gs[g];
+        }
+        out[r] = hsum(acc) + bsum;
+    }
+}
+
 static void matvec_avx2(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x *x, int n, float *out,
                         int ldo)
 {
@@ -139,7 +177,12 @@ static void matvec_avx2(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x
     case LMX_WK_BF16: mv_bf16(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
     case LMX_WK_F16: mv_f16(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
     case LMX_WK_F32: mv_f32(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
-    default: mv_quant(w, r0, r1, x, n, out, ldo); break;
+    default:
+        if (n == 1)
+            mv_quant1(w, r0, r1, x, out);
+        else
+            mv_quant(w, r0, r1, x, n, out, ldo);
+        break;
     }
 }
 
