@@ -88,4 +88,9 @@ struct lmx_backend {
     const lmx_backend_ops *ops;
 };
 
+/* What every backend's weight() checks first: the dtype is one the matmul
+ * kernels read (F32, F16, BF16) and the [rows, cols] view (shape[0] by the
+ * product of the rest; a vector is one row) fits int. */
+lmx_status lmx_backend_weight_view(const lmx_st_tensor *t, int *rows, int *cols, lmx_error *err);
+
 #endif

@@ -88,16 +88,12 @@ static int quantize(cpu_backend *b, lmx_tensor *w)
 
 static lmx_tensor *cpu_weight(lmx_backend *be, const lmx_st_tensor *t, lmx_error *err)
 {
-    if (t->dtype != LMX_DT_F32 && t->dtype != LMX_DT_BF16 && t->dtype != LMX_DT_F16) {
-        lmx_fail(err, LMX_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; weights must be F32, F16 or BF16",
-                 t->file, t->name, lmx_dtype_name(t->dtype));
+    int rows, cols;
+    if (lmx_backend_weight_view(t, &rows, &cols, err))
         return NULL;
-    }
-    int64_t rows = t->ndim >= 2 ? t->shape[0] : 1, cols = 1;
-    for (int d = t->ndim >= 2 ? 1 : 0; d < t->ndim; d++)
-        cols *= t->shape[d];
-    if (rows > INT32_MAX || cols > INT32_MAX) {
-        lmx_fail(err, LMX_ERR_UNSUPPORTED, "%s: tensor '%s' is too large", t->file, t->name);
+    if ((uintptr_t)t->data % lmx_dtype_size(t->dtype)) { /* read in place: elements must be aligned */
+        lmx_fail(err, LMX_ERR_UNSUPPORTED, "%s: tensor '%s' is not aligned to its %zu-byte elements",
+                 t->file, t->name, lmx_dtype_size(t->dtype));
         return NULL;
     }
     lmx_tensor *w = calloc(1, sizeof *w);
@@ -105,11 +101,11 @@ static lmx_tensor *cpu_weight(lmx_backend *be, const lmx_st_tensor *t, lmx_error
         lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    *w = (lmx_tensor){(int)rows, (int)cols, t->dtype, (void *)t->data, 0, {0}, NULL};
+    *w = (lmx_tensor){rows, cols, t->dtype, (void *)t->data, 0, {0}, NULL};
     lmx_wkind kind = t->dtype == LMX_DT_BF16 ? LMX_WK_BF16 : t->dtype == LMX_DT_F16 ? LMX_WK_F16 : LMX_WK_F32;
-    w->w = (lmx_cpu_weight){kind, (int)rows, (int)cols, t->data, NULL, NULL, 0};
+    w->w = (lmx_cpu_weight){kind, rows, cols, t->data, NULL, NULL, 0};
     cpu_backend *b = cpu(be);
-    if (lmx_cpu_mm_reserve(b->mm, (int)cols) || (b->quant && t->ndim >= 2 && quantize(b, w))) {
+    if (lmx_cpu_mm_reserve(b->mm, cols) || (b->quant && t->ndim >= 2 && quantize(b, w))) {
         free(w);
         lmx_fail(err, LMX_ERR_NOMEM, "%s: out of memory for tensor '%s'", t->file, t->name);
         return NULL;

@@ -896,24 +896,15 @@ unsigned blocks_for(size_t n, int threads)
 lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, lmx_error *err)
 {
     cuda_backend *b = cu(be);
-    if (t->dtype != LMX_DT_F32 && t->dtype != LMX_DT_BF16 && t->dtype != LMX_DT_F16) {
-        lmx_fail(err, LMX_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; weights must be F32, F16 or BF16",
-                 t->file, t->name, lmx_dtype_name(t->dtype));
+    int rows, cols;
+    if (lmx_backend_weight_view(t, &rows, &cols, err))
         return NULL;
-    }
-    int64_t rows = t->ndim >= 2 ? t->shape[0] : 1, cols = 1;
-    for (int d = t->ndim >= 2 ? 1 : 0; d < t->ndim; d++)
-        cols *= t->shape[d];
-    if (rows > INT32_MAX || cols > INT32_MAX) {
-        lmx_fail(err, LMX_ERR_UNSUPPORTED, "%s: tensor '%s' is too large", t->file, t->name);
-        return NULL;
-    }
     lmx_tensor *w = (lmx_tensor *)calloc(1, sizeof *w);
     if (!w) {
         lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    *w = lmx_tensor{(int)rows, (int)cols, t->dtype, NULL};
+    *w = lmx_tensor{rows, cols, t->dtype, NULL};
     cudaError_t e = cudaMalloc(&w->data, t->nbytes ? t->nbytes : 1);
     if (e == cudaSuccess) /* on the backend's stream: ordered before every kernel */
         e = cudaMemcpyAsync(w->data, t->data, t->nbytes, cudaMemcpyHostToDevice, b->stream);
