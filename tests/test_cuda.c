@@ -27,14 +27,6 @@ static float frand(void)
     return (float)((double)(rng >> 11) * (1.0 / 9007199254740992.0)) * 2 - 1;
 }
 
-static float max_abs(const float *v, size_t n)
-{
-    float m = 0;
-    for (size_t i = 0; i < n; i++)
-        m = fabsf(v[i]) > m ? fabsf(v[i]) : m;
-    return m;
-}
-
 /* Op checks: the same op on both backends ------------------------------------ */
 
 typedef struct pair {
@@ -100,7 +92,7 @@ static float same(pair *p, const both *b, int n, float tol, const char *what)
         finite &= isfinite(g[i]);
         worst = fmaxf(worst, fabsf(c[i] - g[i]));
     }
-    float rel = worst / fmaxf(1.0f, max_abs(c, len));
+    float rel = worst / fmaxf(1.0f, test_max_abs(c, len));
     CHECK(finite && rel <= tol, "%s: relative error %g > %g (or not finite)", what, rel, tol);
     free(c);
     free(g);
@@ -223,22 +215,6 @@ static void check_attention(pair *p)
 
 /* Fixtures: logits against transformers -------------------------------------- */
 
-static const lmx_st_tensor *ref(lmx_st_set *r, int k, const char *what)
-{
-    char name[64];
-    snprintf(name, sizeof name, "p%d.%s", k, what);
-    return lmx_st_find(r, name);
-}
-
-static int argmax(const float *v, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b])
-            b = i;
-    return b;
-}
-
 static float worst_seen[5]; /* per way of running the prompt */
 static int mode_now;
 
@@ -246,7 +222,7 @@ static int mode_now;
  * agree where the reference's margin exceeds twice the tolerance. */
 static void check_row(const char *tag, int pos, const float *ours, const float *want, const int32_t *ids, int n, int V)
 {
-    float scale = fmaxf(1.0f, max_abs(want, (size_t)n)), worst = 0;
+    float scale = fmaxf(1.0f, test_max_abs(want, (size_t)n)), worst = 0;
     int best = 0;
     for (int j = 0; j < n; j++) {
         float o = ours[ids ? ids[j] : j];
@@ -262,12 +238,12 @@ static void check_row(const char *tag, int pos, const float *ours, const float *
             second = want[j];
     int top = ids ? ids[best] : best;
     if (want[best] - second > fmaxf(0.05f, 2 * LOGIT_TOL * scale))
-        CHECK(argmax(ours, V) == top, "%s pos %d: top-1 %d, want %d", tag, pos, argmax(ours, V), top);
+        CHECK(test_argmax(ours, V) == top, "%s pos %d: top-1 %d, want %d", tag, pos, test_argmax(ours, V), top);
 }
 
 static void check_prompt(lmx_model *m, lmx_st_set *r, int k, int chunk, int rows, const char *name)
 {
-    const lmx_st_tensor *ids_t = ref(r, k, "ids");
+    const lmx_st_tensor *ids_t = test_ref(r, k, "ids");
     int L = (int)ids_t->shape[0], V = lmx_model_vocab_size(m);
     const int32_t *ids = ids_t->data;
     float *logits = malloc((size_t)L * V * sizeof(float));
@@ -285,23 +261,23 @@ static void check_prompt(lmx_model *m, lmx_st_set *r, int k, int chunk, int rows
     }
     char tag[96];
     snprintf(tag, sizeof tag, "cuda %s p%d chunk %d rows %d", name, k, chunk, rows);
-    const lmx_st_tensor *full = ref(r, k, "logits");
+    const lmx_st_tensor *full = test_ref(r, k, "logits");
     for (int p = 0; p < L; p++) {
         const float *ours = logits + (size_t)p * V;
         if (full)
             check_row(tag, p, ours, (const float *)full->data + (size_t)p * V, NULL, V, V);
         else
-            check_row(tag, p, ours, (const float *)ref(r, k, "top_vals")->data + p * 8,
-                      (const int32_t *)ref(r, k, "top_ids")->data + p * 8, 8, V);
+            check_row(tag, p, ours, (const float *)test_ref(r, k, "top_vals")->data + p * 8,
+                      (const int32_t *)test_ref(r, k, "top_ids")->data + p * 8, 8, V);
     }
     if (!full)
-        check_row(tag, L - 1, logits + (size_t)(L - 1) * V, ref(r, k, "logits_last")->data, NULL, V, V);
+        check_row(tag, L - 1, logits + (size_t)(L - 1) * V, test_ref(r, k, "logits_last")->data, NULL, V, V);
     if (chunk == 0) { /* greedy continuation: one-token steps, recorded and replayed */
-        const lmx_st_tensor *g = ref(r, k, "greedy");
-        const float *margin = ref(r, k, "margin")->data;
+        const lmx_st_tensor *g = test_ref(r, k, "greedy");
+        const float *margin = test_ref(r, k, "margin")->data;
         float *last = logits + (size_t)(L - 1) * V;
         for (int t = 0; t < (int)g->shape[0]; t++) {
-            int32_t next = argmax(last, V), want = ((const int32_t *)g->data)[t];
+            int32_t next = test_argmax(last, V), want = ((const int32_t *)g->data)[t];
             if (margin[t] > 0.05f)
                 CHECK(next == want, "%s greedy step %d: %d, want %d", tag, t, (int)next, (int)want);
             if (next != want)
@@ -327,7 +303,7 @@ static void check_fixture(const char *name)
     CHECK(lmx_st_open_file(path, &r, &err) == LMX_OK, "refs %s: %s", name, err.message);
     const int modes[5][2] = {{0, 64}, {1, 64}, {5, 64}, {0, 3}, {5, 2}}; /* {call chunk, context rows} */
     memset(worst_seen, 0, sizeof worst_seen);
-    for (int k = 0; m && r && ref(r, k, "ids"); k++)
+    for (int k = 0; m && r && test_ref(r, k, "ids"); k++)
         for (mode_now = 0; mode_now < 5; mode_now++)
             check_prompt(m, r, k, modes[mode_now][0], modes[mode_now][1], name);
     printf("%s: worst relative logit error (tolerance %.0e): whole %.2e, token by token %.2e, chunks of 5 "

@@ -85,15 +85,11 @@ static void check_greedy(lmx_model *m, const char *name)
     lmx_error err = {0};
     CHECK(lmx_st_open_file(path, &refs, &err) == LMX_OK, "%s", err.message);
     for (int k = 0; refs; k++) {
-        char key[32];
-        snprintf(key, sizeof key, "p%d.ids", k);
-        const lmx_st_tensor *ids = lmx_st_find(refs, key);
+        const lmx_st_tensor *ids = test_ref(refs, k, "ids");
         if (!ids)
             break;
-        snprintf(key, sizeof key, "p%d.greedy", k);
-        const int32_t *want = lmx_st_find(refs, key)->data;
-        snprintf(key, sizeof key, "p%d.margin", k);
-        const float *margin = lmx_st_find(refs, key)->data;
+        const int32_t *want = test_ref(refs, k, "greedy")->data;
+        const float *margin = test_ref(refs, k, "margin")->data;
         lmx_gen_config c = greedy(m, 20);
         lmx_stream *s = lmx_generate_ids(m, ids->data, (int)ids->shape[0], &c);
         run r;

@@ -12,68 +12,40 @@
 #include "safetensors.h"
 #include "testutil.h"
 
-typedef struct refs {
-    lmx_st_set *st;
-} refs;
-
-static const lmx_st_tensor *ref(const refs *r, int k, const char *what)
-{
-    char name[64];
-    snprintf(name, sizeof name, "p%d.%s", k, what);
-    return lmx_st_find(r->st, name);
-}
-
-static float max_abs(const float *v, size_t n)
-{
-    float m = 0;
-    for (size_t i = 0; i < n; i++)
-        m = fabsf(v[i]) > m ? fabsf(v[i]) : m;
-    return m;
-}
-
-static int argmax(const float *v, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b])
-            b = i;
-    return b;
-}
-
 /* Compares one row of our logits with a full reference row. */
 static void check_full_row(const char *tag, int pos, const float *ours, const float *want, int V)
 {
-    float tol = 1e-3f * fmaxf(1.0f, max_abs(want, (size_t)V)), worst = 0;
+    float tol = 1e-3f * fmaxf(1.0f, test_max_abs(want, (size_t)V)), worst = 0;
     for (int i = 0; i < V; i++)
         worst = fmaxf(worst, fabsf(ours[i] - want[i]));
     CHECK(worst <= tol, "%s pos %d: max |diff| %g > tol %g", tag, pos, worst, tol);
-    int a = argmax(want, V);
+    int a = test_argmax(want, V);
     float second = -INFINITY;
     for (int i = 0; i < V; i++)
         if (i != a && want[i] > second)
             second = want[i];
     if (want[a] - second > 1e-3f)
-        CHECK(argmax(ours, V) == a, "%s pos %d: top-1 %d, want %d", tag, pos, argmax(ours, V), a);
+        CHECK(test_argmax(ours, V) == a, "%s pos %d: top-1 %d, want %d", tag, pos, test_argmax(ours, V), a);
 }
 
 /* Compares with the 8 reference top logits of a row (-tiny fixtures). */
 static void check_top_row(const char *tag, int pos, const float *ours, const int32_t *ids,
                           const float *vals, int V)
 {
-    float tol = 1e-3f * fmaxf(1.0f, max_abs(vals, 8)), worst = 0;
+    float tol = 1e-3f * fmaxf(1.0f, test_max_abs(vals, 8)), worst = 0;
     for (int j = 0; j < 8; j++)
         worst = fmaxf(worst, fabsf(ours[ids[j]] - vals[j]));
     CHECK(worst <= tol, "%s pos %d: max |diff| over top-8 %g > tol %g", tag, pos, worst, tol);
     if (vals[0] - vals[1] > 1e-3f)
-        CHECK(argmax(ours, V) == ids[0], "%s pos %d: top-1 %d, want %d", tag, pos, argmax(ours, V), (int)ids[0]);
+        CHECK(test_argmax(ours, V) == ids[0], "%s pos %d: top-1 %d, want %d", tag, pos, test_argmax(ours, V), (int)ids[0]);
 }
 
 /* Runs the prompt in calls of `chunk` tokens (0 = all at once), with the
  * context's own prefill chunk of `rows` tokens, and checks the logits at
  * every position. Small `rows` make sliding-window caches wrap around. */
-static void check_prompt(lmx_model *m, const refs *r, int k, int chunk, int rows, const char *name)
+static void check_prompt(lmx_model *m, const lmx_st_set *r, int k, int chunk, int rows, const char *name)
 {
-    const lmx_st_tensor *ids_t = ref(r, k, "ids");
+    const lmx_st_tensor *ids_t = test_ref(r, k, "ids");
     int L = (int)ids_t->shape[0], V = lmx_model_vocab_size(m);
     const int32_t *ids = ids_t->data;
     float *logits = malloc((size_t)L * V * sizeof(float));
@@ -92,24 +64,24 @@ static void check_prompt(lmx_model *m, const refs *r, int k, int chunk, int rows
     }
     char tag[96];
     snprintf(tag, sizeof tag, "%s p%d chunk %d rows %d", name, k, chunk, rows);
-    const lmx_st_tensor *full = ref(r, k, "logits");
+    const lmx_st_tensor *full = test_ref(r, k, "logits");
     if (full) {
         for (int p = 0; p < L; p++)
             check_full_row(tag, p, logits + (size_t)p * V, (const float *)full->data + (size_t)p * V, V);
     } else {
-        const int32_t *top_ids = ref(r, k, "top_ids")->data;
-        const float *top_vals = ref(r, k, "top_vals")->data;
+        const int32_t *top_ids = test_ref(r, k, "top_ids")->data;
+        const float *top_vals = test_ref(r, k, "top_vals")->data;
         for (int p = 0; p < L; p++)
             check_top_row(tag, p, logits + (size_t)p * V, top_ids + p * 8, top_vals + p * 8, V);
-        check_full_row(tag, L - 1, logits + (size_t)(L - 1) * V, ref(r, k, "logits_last")->data, V);
+        check_full_row(tag, L - 1, logits + (size_t)(L - 1) * V, test_ref(r, k, "logits_last")->data, V);
     }
     /* greedy continuation through the cache, after a full-prompt run */
     if (chunk == 0) {
-        const lmx_st_tensor *g = ref(r, k, "greedy");
-        const float *margin = ref(r, k, "margin")->data;
+        const lmx_st_tensor *g = test_ref(r, k, "greedy");
+        const float *margin = test_ref(r, k, "margin")->data;
         float *last = logits + (size_t)(L - 1) * V;
         for (int t = 0; t < (int)g->shape[0]; t++) {
-            int32_t next = argmax(last, V), want = ((const int32_t *)g->data)[t];
+            int32_t next = test_argmax(last, V), want = ((const int32_t *)g->data)[t];
             if (margin[t] > 1e-3f)
                 CHECK(next == want, "%s greedy step %d: %d, want %d", tag, t, (int)next, (int)want);
             if (next != want)
@@ -129,20 +101,20 @@ static void check_model_dir(const char *name, const char *dir)
     lmx_error err = {0};
     lmx_model *m = lmx_load(dir, NULL, &err);
     CHECK(m != NULL, "load %s: %s", name, err.message);
-    refs r = {0};
-    CHECK(lmx_st_open_file(path, &r.st, &err) == LMX_OK, "refs %s: %s", name, err.message);
-    if (m && r.st) {
+    lmx_st_set *r = NULL;
+    CHECK(lmx_st_open_file(path, &r, &err) == LMX_OK, "refs %s: %s", name, err.message);
+    if (m && r) {
         int prompts = 0;
-        for (int k = 0; ref(&r, k, "ids"); k++, prompts++) {
-            check_prompt(m, &r, k, 0, 64, name);
-            check_prompt(m, &r, k, 1, 64, name);
-            check_prompt(m, &r, k, 5, 64, name);
-            check_prompt(m, &r, k, 0, 3, name);
-            check_prompt(m, &r, k, 5, 2, name);
+        for (int k = 0; test_ref(r, k, "ids"); k++, prompts++) {
+            check_prompt(m, r, k, 0, 64, name);
+            check_prompt(m, r, k, 1, 64, name);
+            check_prompt(m, r, k, 5, 64, name);
+            check_prompt(m, r, k, 0, 3, name);
+            check_prompt(m, r, k, 5, 2, name);
         }
         CHECK(prompts >= 2, "%s: only %d prompts in refs", name, prompts);
     }
-    lmx_st_close(r.st);
+    lmx_st_close(r);
     lmx_close(m);
 }
 
@@ -345,12 +317,12 @@ static void check_final_softcap(void)
     rewrite_weights("gemma3-small", dir, "model.", LMX_DT_F32, 1, 0);
     lmx_error err = {0};
     lmx_model *m = lmx_load(dir, NULL, &err);
-    refs r = {0};
-    CHECK(m && lmx_st_open_file(LMX_TEST_DATA "/gemma3-small/refs.safetensors", &r.st, &err) == LMX_OK,
+    lmx_st_set *r = NULL;
+    CHECK(m && lmx_st_open_file(LMX_TEST_DATA "/gemma3-small/refs.safetensors", &r, &err) == LMX_OK,
           "%s", err.message);
-    for (int k = 0; m && r.st && ref(&r, k, "ids"); k++) {
-        const lmx_st_tensor *ids = ref(&r, k, "ids");
-        const float *want = ref(&r, k, "logits")->data;
+    for (int k = 0; m && r && test_ref(r, k, "ids"); k++) {
+        const lmx_st_tensor *ids = test_ref(r, k, "ids");
+        const float *want = test_ref(r, k, "logits")->data;
         int L = (int)ids->shape[0], V = lmx_model_vocab_size(m);
         float *ours = malloc((size_t)L * V * sizeof(float)), *capped = malloc((size_t)V * sizeof(float));
         lmx_context *ctx = lmx_context_new(m, L, &err);
@@ -364,7 +336,7 @@ static void check_final_softcap(void)
         free(ours);
         free(capped);
     }
-    lmx_st_close(r.st);
+    lmx_st_close(r);
     lmx_close(m);
 }
 

@@ -1,5 +1,6 @@
 #include "testutil.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -69,4 +70,28 @@ int test_have_file(const char *path)
 {
     struct stat st;
     return stat(path, &st) == 0;
+}
+
+const lmx_st_tensor *test_ref(const lmx_st_set *refs, int k, const char *what)
+{
+    char name[64];
+    snprintf(name, sizeof name, "p%d.%s", k, what);
+    return lmx_st_find(refs, name);
+}
+
+int test_argmax(const float *v, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[b])
+            b = i;
+    return b;
+}
+
+float test_max_abs(const float *v, size_t n)
+{
+    float m = 0;
+    for (size_t i = 0; i < n; i++)
+        m = fabsf(v[i]) > m ? fabsf(v[i]) : m;
+    return m;
 }

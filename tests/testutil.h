@@ -4,7 +4,10 @@
 #ifndef LMX_TESTUTIL_H
 #define LMX_TESTUTIL_H
 
+#include <stddef.h>
 #include <stdio.h>
+
+#include "safetensors.h"
 
 extern int test_checks, test_failures;
 
@@ -25,6 +28,11 @@ int test_finish(void);
 int test_run(const char *cmd, char **out);
 /* Directory for scratch files of this test (created, under the build dir). */
 const char *test_tmpdir(void);
+/* Fixture references: tensor "p{k}.{what}" of a refs.safetensors set, or NULL. */
+const lmx_st_tensor *test_ref(const lmx_st_set *refs, int k, const char *what);
+/* Index of the largest of v[0..n) (the first on ties). */
+int test_argmax(const float *v, int n);
+float test_max_abs(const float *v, size_t n);
 /* 1 if path exists. */
 int test_have_file(const char *path);
 
