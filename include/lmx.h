@@ -41,7 +41,7 @@ typedef struct lmx_model lmx_model;
 
 typedef struct lmx_load_options {
     int n_threads;   /* worker threads for the CPU backend; 0 = all cores */
-    int n_ctx;       /* default context length of new contexts; 0 = model max, capped at 8192 */
+    int n_ctx;       /* default context length of new contexts; 0 = model max, capped at 4096 */
     int quant;       /* CPU: quantize weight matrices on load: 0 = as stored, 8 = q8, 4 = q4
                         (group-wise affine, MLX layout; docs/quantization.md) */
     int device;      /* LMX_DEVICE_*: where the weights live and the forward pass runs */
