@@ -110,17 +110,19 @@ static double decode(lmx_model *m, int depth, int gen, int chunk, float *logits)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: gpu_bench DIR [--chunk N] [--gen N]\n");
+        fprintf(stderr, "usage: gpu_bench DIR [--chunk N] [--gen N] [--profile]\n");
         return 2;
     }
-    int chunk = 512, gen = 64;
-    for (int i = 2; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--chunk"))
-            chunk = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--gen"))
-            gen = atoi(argv[i + 1]);
+    int chunk = 512, gen = 64, profile = 0;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--profile")) /* decode steps only, for a profiler */
+            profile = 1;
+        else if (!strcmp(argv[i], "--chunk") && i + 1 < argc)
+            chunk = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--gen") && i + 1 < argc)
+            gen = atoi(argv[++i]);
     }
-    double bw = copy_bandwidth();
+    double bw = profile ? 0 : copy_bandwidth();
     lmx_error err = {0};
     lmx_load_options o = lmx_load_defaults();
     o.device = LMX_DEVICE_CUDA;
@@ -140,6 +142,11 @@ int main(int argc, char **argv)
     double kv_row = 2.0 * c->n_kv_heads * c->head_dim * sizeof(float), kv4096 = 0;
     for (int i = 0; i < c->n_layers; i++)
         kv4096 += kv_row * (c->layers[i].window && c->layers[i].window < 4096 ? c->layers[i].window : 4096);
+    if (profile) {
+        decode(m, 0, gen, chunk, logits);
+        lmx_close(m);
+        return 0;
+    }
     prefill(m, 64, chunk, logits); /* warm-up: module load, cuBLAS heuristics */
     double p512 = prefill(m, 512, chunk, logits), p4096 = prefill(m, 4096, chunk, logits);
     double d0 = decode(m, 0, gen, chunk, logits), d4096 = decode(m, 4096, gen, chunk, logits);

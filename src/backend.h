@@ -14,6 +14,8 @@
 #include "safetensors.h"
 
 typedef struct lmx_tensor lmx_tensor;   /* defined by each backend */
+
+enum { LMX_MAX_MULTI = 3 }; /* outputs of one matmul_multi */
 typedef struct lmx_backend lmx_backend; /* a backend instance */
 
 typedef struct lmx_attn_params {
@@ -46,20 +48,30 @@ typedef struct lmx_backend_ops {
     /* out[n_rows, N] = x[n_rows, K] * w[N, K]^T */
     void (*matmul)(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, const lmx_tensor *w,
                    int n_rows);
-    /* Rotate-half RoPE, in place, on every head_dim-long head of each row;
-     * row i is at position pos0 + i. */
-    void (*rope)(lmx_backend *be, lmx_tensor *x, int n_rows, int head_dim, int pos0, lmx_rope rope);
-    /* Stores the rows of k and v at cache slots (pos0 + i) % cache rows. */
-    void (*kv_write)(lmx_backend *be, lmx_tensor *kc, lmx_tensor *vc, const lmx_tensor *k,
-                     const lmx_tensor *v, int n_rows, int pos0);
+    /* outs[i][n_rows, N_i] = x[n_rows, K] * ws[i][N_i, K]^T for i < n_out
+     * (at most LMX_MAX_MULTI): products of one input, which a backend may
+     * run as one. */
+    void (*matmul_multi)(lmx_backend *be, int n_out, lmx_tensor *const *outs, const lmx_tensor *x,
+                         const lmx_tensor *const *ws, int n_rows);
+    /* Readies attention's inputs, per head_dim-long head of each row (row i
+     * at position pos0 + i): q = rope(rmsnorm(q, q_norm)), k likewise with
+     * k_norm, then k and v stored at cache slots (pos0 + i) % cache rows.
+     * Rotate-half RoPE; rmsnorm as above. k is scratch afterwards. */
+    void (*qk_prepare)(lmx_backend *be, lmx_tensor *q, lmx_tensor *k, const lmx_tensor *v,
+                       const lmx_tensor *q_norm, const lmx_tensor *k_norm, lmx_tensor *kc, lmx_tensor *vc,
+                       int n_rows, int head_dim, int pos0, lmx_rope rope, float eps, int plus_one);
     /* Causal attention of q over the cache (slot = position % cache rows). */
     void (*attention)(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const lmx_tensor *kc,
                       const lmx_tensor *vc, const lmx_attn_params *p);
-    /* gate = act(gate) * up */
-    void (*gated_act)(lmx_backend *be, lmx_tensor *gate, const lmx_tensor *up, int n_rows,
-                      lmx_activation act);
-    /* x += y */
-    void (*add)(lmx_backend *be, lmx_tensor *x, const lmx_tensor *y, int n_rows);
+    /* The gated MLP's first half: gate = act(x * w_gate^T) * (x * w_up^T);
+     * up is scratch of gate's shape. */
+    void (*gated_mlp)(lmx_backend *be, lmx_tensor *gate, lmx_tensor *up, const lmx_tensor *x,
+                      const lmx_tensor *w_gate, const lmx_tensor *w_up, int n_rows, lmx_activation act);
+    /* A residual connection and the next norm: y = rmsnorm(y, post) when
+     * post is given (else y as is), x += y, h = rmsnorm(x, next). y is
+     * scratch afterwards. */
+    void (*residual_norm)(lmx_backend *be, lmx_tensor *x, lmx_tensor *h, lmx_tensor *y, const lmx_tensor *post,
+                          const lmx_tensor *next, int n_rows, float eps, int plus_one);
     /* x = cap * tanh(x / cap) */
     void (*softcap)(lmx_backend *be, lmx_tensor *x, int n_rows, float cap);
     /* dst rows [dst_row, +n) = src rows [src_row, +n) (same cols) */

@@ -176,6 +176,13 @@ static void cpu_matmul(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, co
     lmx_cpu_mm_run(cpu(be)->mm, f32(out), f32(x), n_rows, &w->w);
 }
 
+static void cpu_matmul_multi(lmx_backend *be, int n_out, lmx_tensor *const *outs, const lmx_tensor *x,
+                             const lmx_tensor *const *ws, int n_rows)
+{
+    for (int i = 0; i < n_out; i++)
+        cpu_matmul(be, outs[i], x, ws[i], n_rows);
+}
+
 /* The inverse frequencies as transformers computes them, in float32:
  * 1 / theta^(2i/d), divided by the linear factor. */
 static void rope_inv_freq(float *inv, int head_dim, lmx_rope rope)
@@ -220,6 +227,17 @@ static void cpu_kv_write(lmx_backend *be, lmx_tensor *kc, lmx_tensor *vc, const 
         memcpy(f32(kc) + slot * kc->cols, f32(k) + (size_t)i * k->cols, row);
         memcpy(f32(vc) + slot * vc->cols, f32(v) + (size_t)i * v->cols, row);
     }
+}
+
+static void cpu_qk_prepare(lmx_backend *be, lmx_tensor *q, lmx_tensor *k, const lmx_tensor *v,
+                           const lmx_tensor *q_norm, const lmx_tensor *k_norm, lmx_tensor *kc, lmx_tensor *vc,
+                           int n_rows, int head_dim, int pos0, lmx_rope rope, float eps, int plus_one)
+{
+    cpu_rmsnorm(be, q, q, q_norm, n_rows, eps, plus_one);
+    cpu_rmsnorm(be, k, k, k_norm, n_rows, eps, plus_one);
+    cpu_rope(be, q, n_rows, head_dim, pos0, rope);
+    cpu_rope(be, k, n_rows, head_dim, pos0, rope);
+    cpu_kv_write(be, kc, vc, k, v, n_rows, pos0);
 }
 
 typedef struct attn_job {
@@ -336,11 +354,24 @@ static void cpu_gated_act(lmx_backend *be, lmx_tensor *gate, const lmx_tensor *u
     lmx_pool_run(pool_of(be), (int)((j.n + ACT_CHUNK - 1) / ACT_CHUNK), act_task, &j);
 }
 
-static void cpu_add(lmx_backend *be, lmx_tensor *x, const lmx_tensor *y, int n_rows)
+static void cpu_gated_mlp(lmx_backend *be, lmx_tensor *gate, lmx_tensor *up, const lmx_tensor *x,
+                          const lmx_tensor *w_gate, const lmx_tensor *w_up, int n_rows, lmx_activation act)
 {
+    cpu_matmul(be, gate, x, w_gate, n_rows);
+    cpu_matmul(be, up, x, w_up, n_rows);
+    cpu_gated_act(be, gate, up, n_rows, act);
+}
+
+static void cpu_residual_norm(lmx_backend *be, lmx_tensor *x, lmx_tensor *h, lmx_tensor *y,
+                              const lmx_tensor *post, const lmx_tensor *next, int n_rows, float eps,
+                              int plus_one)
+{
+    if (post)
+        cpu_rmsnorm(be, y, y, post, n_rows, eps, plus_one);
     size_t n = (size_t)n_rows * x->cols;
     for (size_t i = 0; i < n; i++)
         f32(x)[i] += f32(y)[i];
+    cpu_rmsnorm(be, h, x, next, n_rows, eps, plus_one);
 }
 
 static void cpu_softcap(lmx_backend *be, lmx_tensor *x, int n_rows, float cap)
@@ -380,11 +411,11 @@ static const lmx_backend_ops cpu_ops = {
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,
     .matmul = cpu_matmul,
-    .rope = cpu_rope,
-    .kv_write = cpu_kv_write,
+    .matmul_multi = cpu_matmul_multi,
+    .qk_prepare = cpu_qk_prepare,
     .attention = cpu_attention,
-    .gated_act = cpu_gated_act,
-    .add = cpu_add,
+    .gated_mlp = cpu_gated_mlp,
+    .residual_norm = cpu_residual_norm,
     .softcap = cpu_softcap,
     .copy_rows = cpu_copy_rows,
     .read = cpu_read,

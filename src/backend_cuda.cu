@@ -243,6 +243,26 @@ __global__ void k_embed(float *out, const void *table, int dt, const int *ids, i
         out[(size_t)i * cols + c] = load_w(table, dt, row + c) * scale;
 }
 
+/* The sum of v over the block (blockDim.x a multiple of 32); red holds 32
+ * floats of shared memory. Every thread gets the result. */
+__device__ float block_sum(float v, float *red)
+{
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* red may still be read from an earlier call */
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : 0;
+    return warp_sum(v);
+}
+
+__device__ __forceinline__ float norm_w(const void *w, int dt, int j, int plus_one)
+{
+    float wj = load_w(w, dt, j);
+    return plus_one ? 1.0f + wj : wj;
+}
+
 /* One block per dim-long vector. */
 __global__ void k_rmsnorm(float *out, const float *x, const void *w, int dt, int dim, float eps, int plus_one)
 {
@@ -254,23 +274,39 @@ __global__ void k_rmsnorm(float *out, const float *x, const void *w, int dt, int
     float ss = 0;
     for (int j = threadIdx.x; j < dim; j += blockDim.x)
         ss += src[j] * src[j];
-    ss = warp_sum(ss);
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    if (lane == 0)
-        red[warp] = ss;
-    __syncthreads();
-    if (warp == 0) {
-        ss = lane < nw ? red[lane] : 0;
-        ss = warp_sum(ss);
-        if (lane == 0)
-            red[0] = ss;
+    float r = 1.0f / sqrtf(block_sum(ss, red) / dim + eps);
+    for (int j = threadIdx.x; j < dim; j += blockDim.x)
+        dst[j] = src[j] * r * norm_w(w, dt, j, plus_one);
+}
+
+/* A residual connection and the next norm, one block per row of dim:
+ * y' = post ? rmsnorm(y, post) : y; x += y'; h = rmsnorm(x, next). */
+__global__ void k_residual_norm(float *x, float *h, const float *y, const void *post, int dt_post, const void *next,
+                                int dt_next, int dim, float eps, int plus_one)
+{
+    pdl_wait();
+    pdl_trigger();
+    __shared__ float red[32];
+    size_t row = (size_t)blockIdx.x * dim;
+    float *xr = x + row, *hr = h + row;
+    const float *yr = y + row;
+    float rp = 1;
+    if (post) {
+        float ss = 0;
+        for (int j = threadIdx.x; j < dim; j += blockDim.x)
+            ss += yr[j] * yr[j];
+        rp = 1.0f / sqrtf(block_sum(ss, red) / dim + eps);
     }
-    __syncthreads();
-    float r = 1.0f / sqrtf(red[0] / dim + eps);
+    float ss = 0;
     for (int j = threadIdx.x; j < dim; j += blockDim.x) {
-        float wj = load_w(w, dt, j);
-        dst[j] = src[j] * r * (plus_one ? 1.0f + wj : wj);
+        float v = post ? yr[j] * rp * norm_w(post, dt_post, j, plus_one) : yr[j];
+        v += xr[j];
+        xr[j] = v;
+        ss += v * v;
     }
+    float r = 1.0f / sqrtf(block_sum(ss, red) / dim + eps);
+    for (int j = threadIdx.x; j < dim; j += blockDim.x)
+        hr[j] = xr[j] * r * norm_w(next, dt_next, j, plus_one);
 }
 
 /* 16 bytes of weights -> float. */
@@ -313,36 +349,46 @@ template <> struct wvec<float> {
 
 enum { GEMV_WARPS = 4, GEMV_UNROLL = 4 };
 
-/* out[r, n] = x[r, :] . w[n, :] for r < nr <= R: one warp per weight row,
- * GEMV_UNROLL 16-byte loads in flight per lane, weights streamed past L1
- * (x stays cached), float32 accumulation. Needs K % wvec<W>::N == 0. */
-template <typename W, int R>
-__global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(float *__restrict__ out, const float *__restrict__ x,
-                                                          const W *__restrict__ w, int N, int K, int nr)
+__device__ __forceinline__ float act_fn(float x, int gelu)
 {
-    constexpr int V = wvec<W>::N;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int n = blockIdx.x * GEMV_WARPS + warp;
-    if (n >= N)
-        return;
-    const uint4 *wr = (const uint4 *)(w + (size_t)n * K);
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    return gelu ? 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x))) : x / (1.0f + expf(-x));
+}
+
+/* acc[r] += this lane's share of x[r, :] . wr for r < nr: GEMV_UNROLL
+ * 16-byte loads per lane in flight while the previous batch is summed,
+ * weights streamed past L1 (x stays cached). first: the weights' first
+ * batch is loaded before waiting on the previous kernel (weights never
+ * change), the wait comes after. */
+template <typename W, int R>
+__device__ __forceinline__ void dot_row(float (&acc)[R], const uint4 *__restrict__ wr, const float *__restrict__ x,
+                                        int K, int nr, int lane, bool first)
+{
+    constexpr int V = wvec<W>::N, U = GEMV_UNROLL;
     int nv = K / V;
-    pdl_wait();
-    pdl_trigger();
-    float acc[R];
+    uint4 u[U];
 #pragma unroll
-    for (int r = 0; r < R; r++)
-        acc[r] = 0;
-    int i = lane;
-    for (; i + 32 * (GEMV_UNROLL - 1) < nv; i += 32 * GEMV_UNROLL) {
-        uint4 u[GEMV_UNROLL];
+    for (int j = 0; j < U; j++)
+        if (lane + 32 * j < nv)
+            u[j] = __ldcs(wr + lane + 32 * j);
+    if (first) {
+        pdl_wait();
+        pdl_trigger();
+    }
+    for (int i = lane; i < nv; i += 32 * U) {
+        uint4 cur[U];
 #pragma unroll
-        for (int j = 0; j < GEMV_UNROLL; j++)
-            u[j] = __ldcs(wr + i + 32 * j);
+        for (int j = 0; j < U; j++) {
+            cur[j] = u[j];
+            if (i + 32 * (U + j) < nv)
+                u[j] = __ldcs(wr + i + 32 * (U + j));
+        }
 #pragma unroll
-        for (int j = 0; j < GEMV_UNROLL; j++) {
+        for (int j = 0; j < U; j++) {
+            if (i + 32 * j >= nv)
+                break;
             float f[V];
-            wvec<W>::cvt(u[j], f);
+            wvec<W>::cvt(cur[j], f);
             int k = (i + 32 * j) * V;
 #pragma unroll
             for (int r = 0; r < R; r++) {
@@ -357,27 +403,59 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(float *__restrict__ ou
             }
         }
     }
-    for (; i < nv; i += 32) {
-        float f[V];
-        wvec<W>::cvt(__ldcs(wr + i), f);
-        int k = i * V;
+}
+
+/* Weights of one dtype and K multiplied by one x in one launch: their rows
+ * are numbered one after another (end: cumulative row counts). */
+struct gemv_set {
+    const void *w[LMX_MAX_MULTI];
+    float *out[LMX_MAX_MULTI];
+    int end[LMX_MAX_MULTI];
+    int n;
+};
+
+/* out[r, n] = x[r, :] . w[n, :] for r < nr <= R, one warp per weight row,
+ * float32 accumulation; needs K % wvec<W>::N == 0. GATED: s holds gate
+ * and up, out[0] = act(x . gate) * (x . up). */
+template <typename W, int R, bool GATED>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    k_gemv(gemv_set s, const float *__restrict__ x, int K, int nr, int gelu)
+{
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int n = blockIdx.x * GEMV_WARPS + warp;
+    if (n >= s.end[GATED ? 0 : s.n - 1])
+        return;
+    /* which weight row n is (constant indices keep s out of local memory) */
+    const W *w = (const W *)s.w[0];
+    float *out = s.out[0];
+    int row = n, N = s.end[0];
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-            if (r < nr) {
-                const float4 *xr = (const float4 *)(x + (size_t)r * K + k);
-#pragma unroll
-                for (int q = 0; q < V / 4; q++) {
-                    float4 xv = __ldg(xr + q);
-                    acc[r] += f[4 * q] * xv.x + f[4 * q + 1] * xv.y + f[4 * q + 2] * xv.z + f[4 * q + 3] * xv.w;
-                }
-            }
+    for (int j = 1; j < LMX_MAX_MULTI; j++)
+        if (!GATED && j < s.n && n >= s.end[j - 1]) {
+            w = (const W *)s.w[j];
+            out = s.out[j];
+            row = n - s.end[j - 1];
+            N = s.end[j] - s.end[j - 1];
         }
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        acc[r] = 0;
+    dot_row<W, R>(acc, (const uint4 *)(w + (size_t)row * K), x, K, nr, lane, true);
+    float up[R];
+    if (GATED) {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            up[r] = 0;
+        dot_row<W, R>(up, (const uint4 *)((const W *)s.w[1] + (size_t)row * K), x, K, nr, lane, false);
     }
 #pragma unroll
     for (int r = 0; r < R; r++) {
-        float s = warp_sum(acc[r]);
+        float v = warp_sum(acc[r]);
+        if (GATED)
+            v = act_fn(v, gelu) * warp_sum(up[r]);
         if (lane == 0 && r < nr)
-            out[(size_t)r * N + n] = s;
+            out[(size_t)r * N + row] = v;
     }
 }
 
@@ -406,41 +484,41 @@ __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
         dst[i] = __float2bfloat16_rn(src[i]);
 }
 
-/* Rotate-half RoPE: one thread per (row, head, pair). inv holds the
- * float32 inverse frequencies computed on the host as the CPU backend does. */
-__global__ void k_rope(float *x, const float *inv, int cols, int head_dim, const int *dpos, int pos0, int n_rows)
+/* Attention's inputs, one block per (head, row); heads [0, Hq) are q's,
+ * [Hq, Hq + Hk) k's. Each head: RMSNorm over head_dim, rotate-half RoPE
+ * (inv: the float32 inverse frequencies computed on the host as the CPU
+ * backend does); q's heads back in place, k's to the cache with v's head
+ * of the same number. blockDim: head_dim rounded up to 32. */
+__global__ void k_qk_prepare(float *q, const float *k, const float *v, const void *qn, int dt_q, const void *kn,
+                             int dt_k, float *kc, float *vc, const float *inv, int hd, int Hq, int Hk, int slots,
+                             const int *dpos, int pos0, float eps, int plus_one)
 {
     pdl_wait();
     pdl_trigger();
-    int half = head_dim / 2, n_heads = cols / head_dim;
-    size_t total = (size_t)n_rows * n_heads * half;
-    int base = dpos ? *dpos : pos0;
-    for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < total; t += (size_t)gridDim.x * blockDim.x) {
-        int k = (int)(t % half);
-        size_t hh = t / half;
-        int h = (int)(hh % n_heads), i = (int)(hh / n_heads);
-        float a = (float)(base + i) * inv[k];
-        float c = cosf(a), s = sinf(a);
-        float *v = x + (size_t)i * cols + (size_t)h * head_dim;
-        float p = v[k], q = v[k + half];
-        v[k] = p * c - q * s;
-        v[k + half] = q * c + p * s;
+    extern __shared__ float normed[]; /* hd */
+    __shared__ float red[32];
+    int h = blockIdx.x, i = blockIdx.y, t = threadIdx.x;
+    bool is_q = h < Hq;
+    int hh = is_q ? h : h - Hq, cols = (is_q ? Hq : Hk) * hd;
+    size_t at = (size_t)i * cols + (size_t)hh * hd;
+    float val = t < hd ? (is_q ? q : k)[at + t] : 0;
+    float r = 1.0f / sqrtf(block_sum(val * val, red) / hd + eps);
+    if (t < hd)
+        normed[t] = val * r * norm_w(is_q ? qn : kn, is_q ? dt_q : dt_k, t, plus_one);
+    __syncthreads();
+    if (t >= hd)
+        return;
+    int half = hd / 2, base = dpos ? *dpos : pos0;
+    float a = (float)(base + i) * inv[t < half ? t : t - half];
+    float c = cosf(a), sn = sinf(a);
+    float out = t < half ? normed[t] * c - normed[t + half] * sn : normed[t] * c + normed[t - half] * sn;
+    if (is_q) {
+        q[at + t] = out;
+        return;
     }
-}
-
-__global__ void k_kv_write(float *kc, float *vc, const float *k, const float *v, int cols, int slots,
-                           const int *dpos, int pos0, int n_rows)
-{
-    pdl_wait();
-    pdl_trigger();
-    int base = dpos ? *dpos : pos0;
-    size_t total = (size_t)n_rows * cols;
-    for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < total; t += (size_t)gridDim.x * blockDim.x) {
-        int i = (int)(t / cols), c = (int)(t % cols);
-        size_t slot = (size_t)((base + i) % slots);
-        kc[slot * cols + c] = k[t];
-        vc[slot * cols + c] = v[t];
-    }
+    size_t slot = (size_t)((base + i) % slots) * cols + (size_t)hh * hd + t;
+    kc[slot] = out;
+    vc[slot] = v[at + t];
 }
 
 enum { ATTN_WARPS = 4 };
@@ -859,20 +937,8 @@ __global__ void k_gated_act(float *g, const float *u, size_t n, int gelu)
 {
     pdl_wait();
     pdl_trigger();
-    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float x = g[i];
-        float a = gelu ? 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x))) : x / (1.0f + expf(-x));
-        g[i] = a * u[i];
-    }
-}
-
-__global__ void k_add(float *x, const float *y, size_t n)
-{
-    pdl_wait();
-    pdl_trigger();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        x[i] += y[i];
+        g[i] = act_fn(g[i], gelu) * u[i];
 }
 
 __global__ void k_softcap(float *x, size_t n, float cap)
@@ -957,7 +1023,7 @@ float *f32(const lmx_tensor *t) { return (float *)t->data; }
 
 /* Ops ---------------------------------------------------------------------- */
 
-enum { OP_EMBED = 1, OP_RMSNORM, OP_MATMUL, OP_ROPE, OP_KV, OP_ATTN, OP_ACT, OP_ADD, OP_CAP, OP_COPY, OP_READ };
+enum { OP_EMBED = 1, OP_RMSNORM, OP_MATMUL, OP_QK, OP_ATTN, OP_MLP, OP_RESIDUAL, OP_CAP, OP_COPY, OP_READ };
 
 void cuda_embed(lmx_backend *be, lmx_tensor *out, const lmx_tensor *table, const int32_t *ids, int n_rows,
                 float scale)
@@ -995,79 +1061,159 @@ void cuda_rmsnorm(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, const l
     launched(b, "rmsnorm");
 }
 
-template <typename W> void gemv_launch(cuda_backend *b, float *out, const float *x, const W *w, int N, int K, int nr)
+template <typename W, bool GATED> void gemv_launch(cuda_backend *b, const gemv_set &s, const float *x, int K, int nr,
+                                                   int gelu)
 {
-    unsigned grid = (unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS);
+    unsigned grid = (unsigned)((s.end[GATED ? 0 : s.n - 1] + GEMV_WARPS - 1) / GEMV_WARPS);
     int th = GEMV_WARPS * 32;
     if (nr <= 1)
-        launch(b, k_gemv<W, 1>, grid, th, 0, out, x, w, N, K, nr);
+        launch(b, k_gemv<W, 1, GATED>, grid, th, 0, s, x, K, nr, gelu);
     else if (nr <= 2)
-        launch(b, k_gemv<W, 2>, grid, th, 0, out, x, w, N, K, nr);
+        launch(b, k_gemv<W, 2, GATED>, grid, th, 0, s, x, K, nr, gelu);
     else if (nr <= 4)
-        launch(b, k_gemv<W, 4>, grid, th, 0, out, x, w, N, K, nr);
+        launch(b, k_gemv<W, 4, GATED>, grid, th, 0, s, x, K, nr, gelu);
     else
-        launch(b, k_gemv<W, 8>, grid, th, 0, out, x, w, N, K, nr);
+        launch(b, k_gemv<W, 8, GATED>, grid, th, 0, s, x, K, nr, gelu);
 }
 
-/* Up to GEMV_ROWS rows of x against w, bandwidth-bound. */
-void gemv(cuda_backend *b, float *out, const float *x, const lmx_tensor *w, int nr)
+template <bool GATED> void gemv_dtype(cuda_backend *b, lmx_dtype dt, const gemv_set &s, const float *x, int K, int nr,
+                                      int gelu)
 {
-    int N = w->rows, K = w->cols;
-    int vec = w->dtype == LMX_DT_F32 ? 4 : 8;
-    if (K % vec == 0) {
-        if (w->dtype == LMX_DT_BF16)
-            gemv_launch(b, out, x, (const __nv_bfloat16 *)w->data, N, K, nr);
-        else if (w->dtype == LMX_DT_F16)
-            gemv_launch(b, out, x, (const __half *)w->data, N, K, nr);
-        else
-            gemv_launch(b, out, x, (const float *)w->data, N, K, nr);
-    } else {
-        dim3 grid((unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS), nr);
-        launch(b, k_gemv_any, grid, GEMV_WARPS * 32, 0, out, x, w->data, w->dtype, N, K);
+    if (dt == LMX_DT_BF16)
+        gemv_launch<__nv_bfloat16, GATED>(b, s, x, K, nr, gelu);
+    else if (dt == LMX_DT_F16)
+        gemv_launch<__half, GATED>(b, s, x, K, nr, gelu);
+    else
+        gemv_launch<float, GATED>(b, s, x, K, nr, gelu);
+}
+
+void gated_act(cuda_backend *b, float *gate, const float *up, size_t n, int gelu)
+{
+    launch(b, k_gated_act, blocks_for(n, 256), 256, 0, gate, up, n, gelu);
+    launched(b, "gated activation");
+}
+
+/* Up to GEMV_ROWS rows of x against the weights, bandwidth-bound: one launch
+ * for all of them when they share a dtype and K fits the 16-byte loads. */
+void gemv(cuda_backend *b, int n, lmx_tensor *const *outs, const float *x, const lmx_tensor *const *ws, size_t row0,
+          int nr, bool gated, int gelu)
+{
+    int K = ws[0]->cols;
+    lmx_dtype dt = ws[0]->dtype;
+    bool fused = K % (dt == LMX_DT_F32 ? 4 : 8) == 0;
+    gemv_set s = {};
+    s.n = n;
+    for (int i = 0; i < n; i++) {
+        fused = fused && ws[i]->dtype == dt;
+        s.w[i] = ws[i]->data;
+        s.out[i] = f32(outs[i]) + row0 * outs[i]->cols;
+        s.end[i] = (i ? s.end[i - 1] : 0) + ws[i]->rows;
+    }
+    if (fused && gated)
+        gemv_dtype<true>(b, dt, s, x, K, nr, gelu);
+    else if (fused)
+        gemv_dtype<false>(b, dt, s, x, K, nr, gelu);
+    for (int i = 0; !fused && i < n; i++) {
+        dim3 grid((unsigned)((ws[i]->rows + GEMV_WARPS - 1) / GEMV_WARPS), nr);
+        launch(b, k_gemv_any, grid, GEMV_WARPS * 32, 0, s.out[i], x, ws[i]->data, ws[i]->dtype, ws[i]->rows, K);
     }
     launched(b, "matmul (gemv)");
+    if (!fused && gated)
+        gated_act(b, s.out[0], s.out[1], (size_t)nr * ws[0]->rows, gelu);
 }
 
-void cuda_matmul(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, const lmx_tensor *w, int n_rows)
+/* outs[i] = x * ws[i]^T; gated (n = 2): outs[0] = act(x * ws[0]^T) * (x * ws[1]^T),
+ * outs[1] scratch. */
+void matmuls(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *x, const lmx_tensor *const *ws,
+             int n_rows, bool gated, int gelu)
 {
-    cuda_backend *b = cu(be);
-    if (skip_op(b, OP_MATMUL, out, x, w, n_rows, 0))
-        return;
-    int N = w->rows, K = w->cols;
-    if (x->cols != K || out->cols != N) {
-        fail(b, LMX_ERR_INTERNAL, "cuda: matmul of [%d, %d] by [%d, %d]^T into %d columns", n_rows, x->cols, N, K,
-             out->cols);
-        return;
+    int K = x->cols;
+    bool any_f16 = false;
+    for (int i = 0; i < n; i++) {
+        if (ws[i]->cols != K || outs[i]->cols != ws[i]->rows || (gated && ws[i]->rows != ws[0]->rows)) {
+            fail(b, LMX_ERR_INTERNAL, "cuda: matmul of [%d, %d] by [%d, %d]^T into %d columns", n_rows, K,
+                 ws[i]->rows, ws[i]->cols, outs[i]->cols);
+            return;
+        }
+        any_f16 = any_f16 || ws[i]->dtype == LMX_DT_F16;
     }
-    if (n_rows <= GEMV_ROWS || w->dtype == LMX_DT_F16) {
+    if (n_rows <= GEMV_ROWS || any_f16) {
         /* f16 weights: no tensor-core path (float16 activations could
          * overflow), so GEMV_ROWS rows at a time */
-        for (int r = 0; r < n_rows; r += GEMV_ROWS) {
-            int nr = n_rows - r < GEMV_ROWS ? n_rows - r : GEMV_ROWS;
-            gemv(b, f32(out) + (size_t)r * N, f32(x) + (size_t)r * K, w, nr);
-        }
+        for (int r = 0; r < n_rows; r += GEMV_ROWS)
+            gemv(b, n, outs, f32(x) + (size_t)r * K, ws, (size_t)r,
+                 n_rows - r < GEMV_ROWS ? n_rows - r : GEMV_ROWS, gated, gelu);
         return;
     }
     if (!blas_ok(b, cublasSetStream(b->blas, b->stream), "set stream"))
         return;
     const float one = 1.0f, zero = 0.0f;
-    if (w->dtype == LMX_DT_F32) {
+    bool have_bf16 = false;
+    for (int i = 0; i < n; i++) {
+        int N = ws[i]->rows;
+        if (ws[i]->dtype == LMX_DT_F32) {
+            blas_ok(b,
+                    cublasSgemm(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n_rows, K, &one, f32(ws[i]), K, f32(x), K,
+                                &zero, f32(outs[i]), N),
+                    "sgemm");
+            continue;
+        }
+        size_t nx = (size_t)n_rows * K;
+        if (!have_bf16) { /* x rounded to bf16 once for all the weights */
+            if (!grow(b, &b->xbf, &b->xbf_cap, nx, "bf16 activations"))
+                return;
+            launch(b, k_to_bf16, blocks_for(nx, 256), 256, 0, b->xbf, f32(x), nx);
+            launched(b, "to bf16");
+            have_bf16 = true;
+        }
+        /* column-major view: out^T [N, n] = W [K, N]^T . X^T [K, n] */
         blas_ok(b,
-                cublasSgemm(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n_rows, K, &one, f32(w), K, f32(x), K, &zero,
-                            f32(out), N),
-                "sgemm");
+                cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n_rows, K, &one, ws[i]->data, CUDA_R_16BF, K,
+                             b->xbf, CUDA_R_16BF, K, &zero, f32(outs[i]), CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                             CUBLAS_GEMM_DEFAULT),
+                "gemm bf16");
+    }
+    if (gated)
+        gated_act(b, f32(outs[0]), f32(outs[1]), (size_t)n_rows * ws[0]->rows, gelu);
+}
+
+/* Replayed steps fold every tensor of a multi-tensor op into the signature. */
+bool skip_multi(cuda_backend *b, int op, int n, lmx_tensor *const *outs, const lmx_tensor *x,
+                const lmx_tensor *const *ws, int n_rows)
+{
+    bool skip = skip_op(b, op, x, NULL, NULL, n_rows, n);
+    for (int i = 0; i < n; i++)
+        skip_op(b, op, outs[i], ws[i], NULL, i, 0);
+    return skip;
+}
+
+void cuda_matmul_multi(lmx_backend *be, int n_out, lmx_tensor *const *outs, const lmx_tensor *x,
+                       const lmx_tensor *const *ws, int n_rows)
+{
+    cuda_backend *b = cu(be);
+    if (n_out < 1 || n_out > LMX_MAX_MULTI) {
+        fail(b, LMX_ERR_INTERNAL, "cuda: matmul_multi of %d weights", n_out);
         return;
     }
-    size_t n = (size_t)n_rows * K;
-    if (!grow(b, &b->xbf, &b->xbf_cap, n, "bf16 activations"))
-        return;
-    launch(b, k_to_bf16, blocks_for(n, 256), 256, 0, b->xbf, f32(x), n);
-    launched(b, "to bf16");
-    /* column-major view: out^T [N, n] = W [K, N]^T . X^T [K, n] */
-    blas_ok(b,
-            cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n_rows, K, &one, w->data, CUDA_R_16BF, K, b->xbf,
-                         CUDA_R_16BF, K, &zero, f32(out), CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-            "gemm bf16");
+    if (!skip_multi(b, OP_MATMUL, n_out, outs, x, ws, n_rows))
+        matmuls(b, n_out, outs, x, ws, n_rows, false, 0);
+}
+
+void cuda_matmul(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, const lmx_tensor *w, int n_rows)
+{
+    cuda_matmul_multi(be, 1, &out, x, &w, n_rows);
+}
+
+void cuda_gated_mlp(lmx_backend *be, lmx_tensor *gate, lmx_tensor *up, const lmx_tensor *x, const lmx_tensor *w_gate,
+                    const lmx_tensor *w_up, int n_rows, lmx_activation act)
+{
+    cuda_backend *b = cu(be);
+    lmx_tensor *outs[] = {gate, up};
+    const lmx_tensor *ws[] = {w_gate, w_up};
+    bool skip = skip_multi(b, OP_MLP, 2, outs, x, ws, n_rows);
+    skip_op(b, OP_MLP, NULL, NULL, NULL, act, 0);
+    if (!skip)
+        matmuls(b, 2, outs, x, ws, n_rows, true, act == LMX_ACT_GELU_TANH);
 }
 
 /* The inverse frequencies of (head_dim, rope), computed on the host exactly
@@ -1102,30 +1248,29 @@ const float *rope_inv(cuda_backend *b, int head_dim, lmx_rope rope)
     return r->inv;
 }
 
-void cuda_rope(lmx_backend *be, lmx_tensor *x, int n_rows, int head_dim, int pos0, lmx_rope rope)
+void cuda_qk_prepare(lmx_backend *be, lmx_tensor *q, lmx_tensor *k, const lmx_tensor *v, const lmx_tensor *q_norm,
+                     const lmx_tensor *k_norm, lmx_tensor *kc, lmx_tensor *vc, int n_rows, int head_dim, int pos0,
+                     lmx_rope rope, float eps, int plus_one)
 {
     cuda_backend *b = cu(be);
-    if (skip_op(b, OP_ROPE, x, NULL, NULL, n_rows, head_dim))
+    bool skip = skip_op(b, OP_QK, q, k, v, n_rows, head_dim);
+    skip_op(b, OP_QK, q_norm, k_norm, kc, plus_one, (long)(uintptr_t)vc); /* same answer, folds the rest */
+    if (skip)
         return;
+    if (head_dim % 2 || head_dim > 1024 || q_norm->cols != head_dim || k_norm->cols != head_dim ||
+        k->cols != v->cols || kc->cols != k->cols || vc->cols != k->cols) {
+        fail(b, LMX_ERR_INTERNAL, "cuda: qk_prepare of head_dim %d, norms of %d and %d", head_dim, q_norm->cols,
+             k_norm->cols);
+        return;
+    }
     const float *inv = rope_inv(b, head_dim, rope);
     if (!inv)
         return;
-    size_t total = (size_t)n_rows * (x->cols / head_dim) * (head_dim / 2);
-    launch(b, k_rope, blocks_for(total, 256), 256, 0, f32(x), inv, x->cols, head_dim, step_pos(b, pos0), pos0,
-                                                          n_rows);
-    launched(b, "rope");
-}
-
-void cuda_kv_write(lmx_backend *be, lmx_tensor *kc, lmx_tensor *vc, const lmx_tensor *k, const lmx_tensor *v,
-                   int n_rows, int pos0)
-{
-    cuda_backend *b = cu(be);
-    if (skip_op(b, OP_KV, kc, vc, k, n_rows, (long)(uintptr_t)v))
-        return;
-    size_t total = (size_t)n_rows * k->cols;
-    launch(b, k_kv_write, blocks_for(total, 256), 256, 0, f32(kc), f32(vc), f32(k), f32(v), k->cols, kc->rows,
-                                                              step_pos(b, pos0), pos0, n_rows);
-    launched(b, "kv_write");
+    dim3 grid((unsigned)(q->cols / head_dim + k->cols / head_dim), (unsigned)n_rows);
+    launch(b, k_qk_prepare, grid, (head_dim + 31) / 32 * 32, (size_t)head_dim * sizeof(float), f32(q), f32(k),
+           f32(v), q_norm->data, (int)q_norm->dtype, k_norm->data, (int)k_norm->dtype, f32(kc), f32(vc), inv,
+           head_dim, q->cols / head_dim, k->cols / head_dim, kc->rows, step_pos(b, pos0), pos0, eps, plus_one);
+    launched(b, "qk_prepare");
 }
 
 void cuda_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const lmx_tensor *kc,
@@ -1201,24 +1346,23 @@ void cuda_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const
     }
 }
 
-void cuda_gated_act(lmx_backend *be, lmx_tensor *gate, const lmx_tensor *up, int n_rows, lmx_activation act)
+void cuda_residual_norm(lmx_backend *be, lmx_tensor *x, lmx_tensor *h, lmx_tensor *y, const lmx_tensor *post,
+                        const lmx_tensor *next, int n_rows, float eps, int plus_one)
 {
     cuda_backend *b = cu(be);
-    if (skip_op(b, OP_ACT, gate, up, NULL, n_rows, act))
+    bool skip = skip_op(b, OP_RESIDUAL, x, h, y, n_rows, plus_one);
+    skip_op(b, OP_RESIDUAL, post, next, NULL, 0, 0);
+    if (skip)
         return;
-    size_t n = (size_t)n_rows * gate->cols;
-    launch(b, k_gated_act, blocks_for(n, 256), 256, 0, f32(gate), f32(up), n, act == LMX_ACT_GELU_TANH);
-    launched(b, "gated_act");
-}
-
-void cuda_add(lmx_backend *be, lmx_tensor *x, const lmx_tensor *y, int n_rows)
-{
-    cuda_backend *b = cu(be);
-    if (skip_op(b, OP_ADD, x, y, NULL, n_rows, 0))
+    int dim = x->cols;
+    if (next->cols != dim || (post && post->cols != dim)) {
+        fail(b, LMX_ERR_INTERNAL, "cuda: residual_norm of %d columns with norms of %d", dim, next->cols);
         return;
-    size_t n = (size_t)n_rows * x->cols;
-    launch(b, k_add, blocks_for(n, 256), 256, 0, f32(x), f32(y), n);
-    launched(b, "add");
+    }
+    int threads = dim >= 1024 ? 1024 : dim >= 256 ? 256 : dim > 64 ? 128 : 64;
+    launch(b, k_residual_norm, (unsigned)n_rows, threads, 0, f32(x), f32(h), f32(y), post ? post->data : NULL,
+           post ? (int)post->dtype : 0, next->data, (int)next->dtype, dim, eps, plus_one);
+    launched(b, "residual_norm");
 }
 
 void cuda_softcap(lmx_backend *be, lmx_tensor *x, int n_rows, float cap)
@@ -1403,9 +1547,10 @@ void cuda_destroy(lmx_backend *be)
 }
 
 const lmx_backend_ops cuda_ops = {
-    "cuda",         cuda_destroy,   cuda_weight,     cuda_alloc,   cuda_free,      cuda_embed,
-    cuda_rmsnorm,   cuda_matmul,    cuda_rope,       cuda_kv_write, cuda_attention, cuda_gated_act,
-    cuda_add,       cuda_softcap,   cuda_copy_rows,  cuda_read,    cuda_step_begin, cuda_step_end,
+    "cuda",           cuda_destroy,       cuda_weight,    cuda_alloc,      cuda_free,
+    cuda_embed,       cuda_rmsnorm,       cuda_matmul,    cuda_matmul_multi, cuda_qk_prepare,
+    cuda_attention,   cuda_gated_mlp,     cuda_residual_norm, cuda_softcap, cuda_copy_rows,
+    cuda_read,        cuda_step_begin,    cuda_step_end,
     512, /* prefill rows: enough for the tensor cores, activations stay small */
 };
 

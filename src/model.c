@@ -425,37 +425,29 @@ lmx_status lmx_model_forward(lmx_model *m, lmx_forward_state *fs, const int32_t 
     if (ops->step_begin)
         ops->step_begin(be, fs, logits ? 1 + (all_positions != 0) : 0, ids, n, pos0);
     ops->embed(be, fs->x, m->embed, ids, n, c->embed_scale);
+    ops->rmsnorm(be, fs->h, fs->x, m->layers[0].attn_norm, n, eps, p1);
     for (int i = 0; i < c->n_layers; i++) {
         const lmx_layer_weights *L = &m->layers[i];
         const lmx_layer_config *lc = &c->layers[i];
-        ops->rmsnorm(be, fs->h, fs->x, L->attn_norm, n, eps, p1);
-        ops->matmul(be, fs->q, fs->h, L->wq, n);
-        ops->matmul(be, fs->k, fs->h, L->wk, n);
-        ops->matmul(be, fs->v, fs->h, L->wv, n);
-        ops->rmsnorm(be, fs->q, fs->q, L->q_norm, n, eps, p1);
-        ops->rmsnorm(be, fs->k, fs->k, L->k_norm, n, eps, p1);
-        ops->rope(be, fs->q, n, c->head_dim, pos0, lc->rope);
-        ops->rope(be, fs->k, n, c->head_dim, pos0, lc->rope);
-        ops->kv_write(be, fs->k_cache[i], fs->v_cache[i], fs->k, fs->v, n, pos0);
+        /* h = attn_norm(x) here */
+        lmx_tensor *qkv[] = {fs->q, fs->k, fs->v};
+        const lmx_tensor *w_qkv[] = {L->wq, L->wk, L->wv};
+        ops->matmul_multi(be, 3, qkv, fs->h, w_qkv, n);
+        ops->qk_prepare(be, fs->q, fs->k, fs->v, L->q_norm, L->k_norm, fs->k_cache[i], fs->v_cache[i], n,
+                        c->head_dim, pos0, lc->rope, eps, p1);
         lmx_attn_params ap = {n, pos0, c->n_heads, c->n_kv_heads, c->head_dim, lc->window,
                               c->attn_scale, c->attn_softcap};
         ops->attention(be, fs->att, fs->q, fs->k_cache[i], fs->v_cache[i], &ap);
         ops->matmul(be, fs->o, fs->att, L->wo, n);
-        if (L->post_attn_norm)
-            ops->rmsnorm(be, fs->o, fs->o, L->post_attn_norm, n, eps, p1);
-        ops->add(be, fs->x, fs->o, n);
+        ops->residual_norm(be, fs->x, fs->h, fs->o, L->post_attn_norm, L->ffn_norm, n, eps, p1);
 
-        ops->rmsnorm(be, fs->h, fs->x, L->ffn_norm, n, eps, p1);
-        ops->matmul(be, fs->gate, fs->h, L->w_gate, n);
-        ops->matmul(be, fs->up, fs->h, L->w_up, n);
-        ops->gated_act(be, fs->gate, fs->up, n, c->act);
+        ops->gated_mlp(be, fs->gate, fs->up, fs->h, L->w_gate, L->w_up, n, c->act);
         ops->matmul(be, fs->o, fs->gate, L->w_down, n);
-        if (L->post_ffn_norm)
-            ops->rmsnorm(be, fs->o, fs->o, L->post_ffn_norm, n, eps, p1);
-        ops->add(be, fs->x, fs->o, n);
+        const lmx_tensor *next = i + 1 < c->n_layers ? m->layers[i + 1].attn_norm : m->final_norm;
+        ops->residual_norm(be, fs->x, fs->h, fs->o, L->post_ffn_norm, next, n, eps, p1);
     }
+    /* h = final_norm(x) */
     if (logits) {
-        ops->rmsnorm(be, fs->h, fs->x, m->final_norm, n, eps, p1);
         if (all_positions)
             emit_logits(m, fs, 0, n, logits);
         else

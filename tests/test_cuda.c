@@ -125,13 +125,56 @@ static void check_matmul(pair *p)
         }
 }
 
-/* rmsnorm (both styles, per head), rope at large positions, gated_act,
- * add, softcap, embed, copy_rows. */
+/* matmul_multi (q, k, v of differing widths, fused into one launch when
+ * decoding) and gated_mlp (both activations), decode and prefill rows. */
+static void check_fused_matmuls(pair *p)
+{
+    const lmx_dtype dts[] = {LMX_DT_BF16, LMX_DT_F16, LMX_DT_F32};
+    const int rows[] = {1, 5, 8, 64}, K = 1024, Ns[3] = {512, 128, 136};
+    for (int d = 0; d < 3; d++) {
+        both x = input(p, 64, K, LMX_DT_F32, 1.0f), w[3], o[3];
+        both w_up = input(p, Ns[0], K, dts[d], 0.05f), up = output(p, 64, Ns[0]);
+        for (int i = 0; i < 3; i++) {
+            w[i] = input(p, Ns[i], K, dts[d], 0.05f);
+            o[i] = output(p, 64, Ns[i]);
+        }
+        lmx_tensor *oc[3] = {o[0].c, o[1].c, o[2].c}, *og[3] = {o[0].g, o[1].g, o[2].g};
+        const lmx_tensor *wc[3] = {w[0].c, w[1].c, w[2].c}, *wg[3] = {w[0].g, w[1].g, w[2].g};
+        for (int r = 0; r < 4; r++) {
+            float tol = rows[r] > 8 && dts[d] == LMX_DT_BF16 ? 1e-2f : 1e-4f;
+            char what[96];
+            p->cpu->ops->matmul_multi(p->cpu, 3, oc, x.c, wc, rows[r]);
+            p->gpu->ops->matmul_multi(p->gpu, 3, og, x.g, wg, rows[r]);
+            for (int i = 0; i < 3; i++) {
+                snprintf(what, sizeof what, "matmul_multi %s rows %d output %d", lmx_dtype_name(dts[d]), rows[r], i);
+                same(p, &o[i], rows[r], tol, what);
+            }
+            for (int a = 0; a < 2; a++) {
+                p->cpu->ops->gated_mlp(p->cpu, o[0].c, up.c, x.c, w[0].c, w_up.c, rows[r], (lmx_activation)a);
+                p->gpu->ops->gated_mlp(p->gpu, o[0].g, up.g, x.g, w[0].g, w_up.g, rows[r], (lmx_activation)a);
+                snprintf(what, sizeof what, "gated_mlp %s %s rows %d", a ? "gelu" : "silu", lmx_dtype_name(dts[d]),
+                         rows[r]);
+                same(p, &o[0], rows[r], tol, what);
+            }
+        }
+        drop(p, &x);
+        drop(p, &w_up);
+        drop(p, &up);
+        for (int i = 0; i < 3; i++) {
+            drop(p, &w[i]);
+            drop(p, &o[i]);
+        }
+    }
+}
+
+/* rmsnorm (both styles, per head), residual_norm (with and without a
+ * norm of y first), softcap, embed, copy_rows. */
 static void check_elementwise(pair *p)
 {
     const int n = 5, D = 2048, hd = 128;
     both x = input(p, n, D, LMX_DT_F32, 3.0f), w = input(p, 1, D, LMX_DT_BF16, 1.0f);
     both wh = input(p, 1, hd, LMX_DT_F32, 1.0f), o = output(p, n, D), u = input(p, n, D, LMX_DT_F32, 2.0f);
+    both w2 = input(p, 1, D, LMX_DT_F32, 1.0f), h = output(p, n, D);
     for (int p1 = 0; p1 < 2; p1++) {
         p->cpu->ops->rmsnorm(p->cpu, o.c, x.c, w.c, n, 1e-6f, p1);
         p->gpu->ops->rmsnorm(p->gpu, o.g, x.g, w.g, n, 1e-6f, p1);
@@ -140,22 +183,18 @@ static void check_elementwise(pair *p)
     p->cpu->ops->rmsnorm(p->cpu, o.c, x.c, wh.c, n, 1e-6f, 0);
     p->gpu->ops->rmsnorm(p->gpu, o.g, x.g, wh.g, n, 1e-6f, 0);
     same(p, &o, n, 1e-5f, "rmsnorm per head");
-    lmx_rope ropes[] = {{1e6f, 1.0f}, {1e4f, 8.0f}};
-    for (int r = 0; r < 2; r++) {
-        p->cpu->ops->rope(p->cpu, o.c, n, hd, 30000, ropes[r]);
-        p->gpu->ops->rope(p->gpu, o.g, n, hd, 30000, ropes[r]);
-        same(p, &o, n, 1e-5f, "rope");
+    for (int post = 0; post < 2; post++) {
+        /* y = o (scratch afterwards), x = u: both rewritten on both sides alike */
+        p->cpu->ops->residual_norm(p->cpu, u.c, h.c, o.c, post ? w2.c : NULL, w.c, n, 1e-6f, post);
+        p->gpu->ops->residual_norm(p->gpu, u.g, h.g, o.g, post ? w2.g : NULL, w.g, n, 1e-6f, post);
+        same(p, &u, n, 1e-5f, post ? "residual_norm: x (post-norm)" : "residual_norm: x");
+        same(p, &h, n, 1e-5f, post ? "residual_norm: h (post-norm)" : "residual_norm: h");
+        p->cpu->ops->rmsnorm(p->cpu, o.c, x.c, w.c, n, 1e-6f, 0);
+        p->gpu->ops->rmsnorm(p->gpu, o.g, x.g, w.g, n, 1e-6f, 0);
     }
-    for (int a = 0; a < 2; a++) {
-        p->cpu->ops->gated_act(p->cpu, o.c, u.c, n, (lmx_activation)a);
-        p->gpu->ops->gated_act(p->gpu, o.g, u.g, n, (lmx_activation)a);
-        same(p, &o, n, 1e-5f, a ? "gated gelu" : "gated silu");
-    }
-    p->cpu->ops->add(p->cpu, o.c, u.c, n);
-    p->gpu->ops->add(p->gpu, o.g, u.g, n);
     p->cpu->ops->softcap(p->cpu, o.c, n, 3.0f);
     p->gpu->ops->softcap(p->gpu, o.g, n, 3.0f);
-    same(p, &o, n, 1e-5f, "add, softcap");
+    same(p, &o, n, 1e-5f, "softcap");
     const int32_t ids[5] = {4, 0, 4, 1, 2};
     p->cpu->ops->embed(p->cpu, o.c, x.c, ids, n, 1.5f);
     p->gpu->ops->embed(p->gpu, o.g, x.g, ids, n, 1.5f);
@@ -167,26 +206,34 @@ static void check_elementwise(pair *p)
     drop(p, &wh);
     drop(p, &o);
     drop(p, &u);
+    drop(p, &w2);
+    drop(p, &h);
 }
 
-/* Attention over a cache filled by kv_write, wrapped around its ring:
- * decode (split-K) and prefill rows, global and sliding, with softcap. */
+/* Attention over a cache filled by qk_prepare (q/k norms, RoPE at large
+ * positions with two RoPE settings), wrapped around its ring: decode
+ * (split-K) and prefill rows, global and sliding, with softcap. */
 static void check_attention(pair *p)
 {
     const int hds[] = {128, 256}, H = 8, KVH = 2, slots = 1100;
+    const lmx_rope ropes[] = {{1e6f, 1.0f}, {1e4f, 8.0f}};
     for (int c = 0; c < 2; c++) {
         int hd = hds[c], kv = KVH * hd;
         both kc = output(p, slots, kv), vc = output(p, slots, kv), o = output(p, 64, H * hd);
-        both q = input(p, 64, H * hd, LMX_DT_F32, 1.0f);
+        both qn = input(p, 1, hd, LMX_DT_BF16, 1.0f), kn = input(p, 1, hd, LMX_DT_BF16, 1.0f);
+        both q = input(p, 100, H * hd, LMX_DT_F32, 1.0f);
         /* positions 0 .. 1599 into 1100 slots: the first 500 are overwritten */
         for (int pos = 0; pos < 1600; pos += 100) {
             both k = input(p, 100, kv, LMX_DT_F32, 1.0f), v = input(p, 100, kv, LMX_DT_F32, 1.0f);
-            p->cpu->ops->kv_write(p->cpu, kc.c, vc.c, k.c, v.c, 100, pos);
-            p->gpu->ops->kv_write(p->gpu, kc.g, vc.g, k.g, v.g, 100, pos);
+            lmx_rope rope = ropes[pos / 100 % 2];
+            p->cpu->ops->qk_prepare(p->cpu, q.c, k.c, v.c, qn.c, kn.c, kc.c, vc.c, 100, hd, pos, rope, 1e-6f, c);
+            p->gpu->ops->qk_prepare(p->gpu, q.g, k.g, v.g, qn.g, kn.g, kc.g, vc.g, 100, hd, pos, rope, 1e-6f, c);
+            same(p, &q, 100, 1e-5f, "qk_prepare: q");
             drop(p, &k);
             drop(p, &v);
         }
-        same(p, &kc, slots, 0, "kv_write");
+        same(p, &kc, slots, 1e-5f, "qk_prepare: k cache");
+        same(p, &vc, slots, 0, "qk_prepare: v cache");
         /* queries at the last positions written, so every key is present */
         struct {
             int n, pos0, window;
@@ -210,6 +257,8 @@ static void check_attention(pair *p)
         drop(p, &vc);
         drop(p, &o);
         drop(p, &q);
+        drop(p, &qn);
+        drop(p, &kn);
     }
 }
 
@@ -331,6 +380,7 @@ int main(void)
     CHECK(p.cpu && p.gpu, "backends: %s", err.message);
     if (p.cpu && p.gpu) {
         check_matmul(&p);
+        check_fused_matmuls(&p);
         check_elementwise(&p);
         check_attention(&p);
     }
