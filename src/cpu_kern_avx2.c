@@ -81,92 +81,60 @@ MATVEC_FLOAT(mv_bf16, uint16_t, ld_bf16, el_bf16)
 MATVEC_FLOAT(mv_f16, uint16_t, ld_f16, el_f16)
 MATVEC_FLOAT(mv_f32, float, ld_f32, el_f32)
 
-/* Quantized rows: per group, scale * (q . x) + bias * sum(x). */
-static void mv_quant(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x *x, int n, float *out, int ldo)
+/* Quantized rows against x quantized per group (lmx_cpu_x), 32 elements a
+ * step: vpmaddubsw (unsigned weights times signed x, pairs summed in int16)
+ * and vpmaddwd to int32, per group one conversion and one FMA. q4's pairs
+ * stay below 2 * 15 * 127; q8's would overflow int16 (2 * 255 * 127), so
+ * q8 runs on q - 128, by magnitude |q - 128| <= 128 with its sign moved onto
+ * x, and adds 128 * sum(xq) per group back. */
+static inline __attribute__((always_inline)) void mv_quant(const lmx_cpu_weight *w, int r0, int r1,
+                                                           const lmx_cpu_x *x, float *out, int ldo, const int n)
 {
     int K = w->cols, G = w->group, ng = K / G, q4 = w->kind == LMX_WK_Q4;
     size_t row_bytes = (size_t)K / (q4 ? 2 : 1);
-    const __m256i low4 = _mm256_set1_epi32(15);
-    const float *xs = q4 ? x->xq4 : x->x;
+    const __m128i low4 = _mm_set1_epi8(15);
+    const __m256i ones = _mm256_set1_epi16(1), bias8 = _mm256_set1_epi8((char)0x80);
     for (int r = r0; r < r1; r++) {
         const uint8_t *q = (const uint8_t *)w->data + (size_t)r * row_bytes;
         const uint16_t *sc = w->scales + (size_t)r * ng, *bi = w->biases + (size_t)r * ng;
         __m256 acc[4];
-        float bsum[4] = {0};
-        for (int i = 0; i < 4; i++)
-            acc[i] = _mm256_setzero_ps();
+        float bsum[4];
+        for (int i = 0; i < n; i++)
+            acc[i] = _mm256_setzero_ps(), bsum[i] = 0;
         for (int g = 0; g < ng; g++) {
-            __m256 d[4];
-            for (int i = 0; i < 4; i++)
-                d[i] = _mm256_setzero_ps();
-            int k0 = g * G;
-            if (q4) {
-                const uint8_t *qg = q + (size_t)k0 / 2;
-                for (int c = 0; c < G; c += 16) {
-                    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(qg + c / 2)));
-                    __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, low4));
-                    __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+            __m256i d[4];
+            for (int i = 0; i < n; i++)
+                d[i] = _mm256_setzero_si256();
+            for (int c = g * G; c < (g + 1) * G; c += 32) {
+                const int8_t *xc = x->xq + c;
+                if (q4) { /* low nibbles (evens), then high (odds), as xq is ordered */
+                    __m128i b = _mm_loadu_si128((const void *)(q + c / 2));
+                    __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(b, low4)),
+                                                        _mm_and_si128(_mm_srli_epi16(b, 4), low4), 1);
                     for (int i = 0; i < n; i++) {
-                        const float *xi = xs + (size_t)i * K + k0 + c;
-                        d[i] = _mm256_fmadd_ps(lo, _mm256_loadu_ps(xi), d[i]);
-                        d[i] = _mm256_fmadd_ps(hi, _mm256_loadu_ps(xi + 8), d[i]);
+                        __m256i p = _mm256_maddubs_epi16(v, _mm256_loadu_si256((const void *)(xc + (size_t)i * K)));
+                        d[i] = _mm256_add_epi32(d[i], _mm256_madd_epi16(p, ones));
+                    }
+                } else {
+                    __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const void *)(q + c)), bias8);
+                    __m256i mag = _mm256_abs_epi8(v);
+                    for (int i = 0; i < n; i++) {
+                        __m256i sx = _mm256_sign_epi8(_mm256_loadu_si256((const void *)(xc + (size_t)i * K)), v);
+                        d[i] = _mm256_add_epi32(d[i], _mm256_madd_epi16(_mm256_maddubs_epi16(mag, sx), ones));
                     }
                 }
-            } else {
-                const uint8_t *qg = q + k0;
-                for (int c = 0; c < G; c += 8) {
-                    __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(qg + c))));
-                    for (int i = 0; i < n; i++)
-                        d[i] = _mm256_fmadd_ps(v, _mm256_loadu_ps(xs + (size_t)i * K + k0 + c), d[i]);
-                }
             }
-            __m256 s = _mm256_set1_ps(h2f(sc[g]));
-            float b = h2f(bi[g]);
+            float s = h2f(sc[g]), b = h2f(bi[g]);
             for (int i = 0; i < n; i++) {
-                acc[i] = _mm256_fmadd_ps(s, d[i], acc[i]);
-                bsum[i] += b * x->gsum[(size_t)i * ng + g];
+                size_t o = (size_t)i * ng + (size_t)g;
+                /* q8: s * (q . xq) = s * ((q - 128) . xq) + 128 * s * sum(xq) */
+                float xd = x->xd[o], sb = q4 ? b : b + 128.0f * s;
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[i]), _mm256_set1_ps(s * xd), acc[i]);
+                bsum[i] += xd * sb * (float)x->xqsum[o];
             }
         }
         for (int i = 0; i < n; i++)
             out[(size_t)i * ldo + r] = hsum(acc[i]) + bsum[i];
-    }
-}
-
-/* One x row: no per-row arrays (they would live on the stack). */
-static void mv_quant1(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x *x, float *out)
-{
-    int K = w->cols, G = w->group, ng = K / G, q4 = w->kind == LMX_WK_Q4;
-    size_t row_bytes = (size_t)K / (q4 ? 2 : 1);
-    const __m256i low4 = _mm256_set1_epi32(15);
-    const float *xs = q4 ? x->xq4 : x->x, *gs = x->gsum;
-    for (int r = r0; r < r1; r++) {
-        const uint8_t *q = (const uint8_t *)w->data + (size_t)r * row_bytes;
-        const uint16_t *sc = w->scales + (size_t)r * ng, *bi = w->biases + (size_t)r * ng;
-        __m256 acc = _mm256_setzero_ps();
-        float bsum = 0;
-        for (int g = 0; g < ng; g++) {
-            __m256 d0 = _mm256_setzero_ps(), d1 = d0;
-            const float *xg = xs + (size_t)g * G;
-            if (q4) {
-                const uint8_t *qg = q + (size_t)g * G / 2;
-                for (int c = 0; c < G; c += 16) {
-                    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(qg + c / 2)));
-                    d0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v, low4)), _mm256_loadu_ps(xg + c), d0);
-                    d1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4)), _mm256_loadu_ps(xg + c + 8), d1);
-                }
-            } else {
-                const uint8_t *qg = q + (size_t)g * G;
-                for (int c = 0; c < G; c += 16) {
-                    __m256 v0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(qg + c))));
-                    __m256 v1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(qg + c + 8))));
-                    d0 = _mm256_fmadd_ps(v0, _mm256_loadu_ps(xg + c), d0);
-                    d1 = _mm256_fmadd_ps(v1, _mm256_loadu_ps(xg + c + 8), d1);
-                }
-            }
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(sc[g])), _mm256_add_ps(d0, d1), acc);
-            bsum += h2f(bi[g]) * gs[g];
-        }
-        out[r] = hsum(acc) + bsum;
     }
 }
 
@@ -177,11 +145,15 @@ static void matvec_avx2(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x
     case LMX_WK_BF16: mv_bf16(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
     case LMX_WK_F16: mv_f16(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
     case LMX_WK_F32: mv_f32(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
-    default:
+    default: /* n as a constant, so the per-row arrays live in registers */
         if (n == 1)
-            mv_quant1(w, r0, r1, x, out);
+            mv_quant(w, r0, r1, x, out, ldo, 1);
+        else if (n == 2)
+            mv_quant(w, r0, r1, x, out, ldo, 2);
+        else if (n == 3)
+            mv_quant(w, r0, r1, x, out, ldo, 3);
         else
-            mv_quant(w, r0, r1, x, n, out, ldo);
+            mv_quant(w, r0, r1, x, out, ldo, 4);
         break;
     }
 }
@@ -277,8 +249,9 @@ GEN_ATTN(avx2, dot_avx2, axpy_avx2)
 
 static const lmx_cpu_kernels avx2 = {
     .path = LMX_CPU_AVX2,
-    .q4_chunk = 16,
+    .q4_chunk = 32,
     .matvec = matvec_avx2,
+    .quant_x = gen_quant_x,
     .decode = decode_avx2,
     .tile_mr = MR,
     .tile_nx = NX,

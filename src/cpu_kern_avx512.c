@@ -1,4 +1,4 @@
-/* The AVX-512 path (F, BW, VL with FMA and F16C): 16 floats a vector. */
+/* The AVX-512 path (F, BW, VL, VNNI with FMA and F16C): 16 floats a vector. */
 #include "cpu_kernels.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -10,10 +10,10 @@
 #include "dtype.h"
 
 #ifdef __clang__
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"))), apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
 #endif
 
 #include "cpu_generic.h"
@@ -85,98 +85,80 @@ MATVEC_FLOAT(mv_bf16, uint16_t, ld_bf16, ld_bf16_tail)
 MATVEC_FLOAT(mv_f16, uint16_t, ld_f16, ld_f16_tail)
 MATVEC_FLOAT(mv_f32, float, ld_f32, ld_f32_tail)
 
-/* Quantized rows: per group, scale * (q . x) + bias * sum(x), the sums of x
- * over each group computed once per call (lmx_cpu_x.gsum). */
-static void mv_quant(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x *x, int n, float *out, int ldo)
+static inline float hsum256(__m256 v)
+{
+    __m128 t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+    return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+/* The weights of group 64 (elements c .. c + 63 of the row) as unsigned
+ * bytes in xq's order; of group 32, the lower 32 bytes and zeros. */
+static inline __m512i ld_q(const uint8_t *q, int c, int q4, int G)
+{
+    if (!q4)
+        return _mm512_maskz_loadu_epi8(G >= 64 ? ~0ull : 0xffffffffull, q + c);
+    const __m256i low4 = _mm256_set1_epi8(15);
+    if (G >= 64) { /* low nibbles (evens), then high (odds) */
+        __m256i b = _mm256_loadu_si256((const void *)(q + c / 2));
+        return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(b, low4)),
+                                  _mm256_and_si256(_mm256_srli_epi16(b, 4), low4), 1);
+    }
+    __m128i b = _mm_loadu_si128((const void *)(q + c / 2));
+    __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(b, _mm256_castsi256_si128(low4))),
+                                        _mm_and_si128(_mm_srli_epi16(b, 4), _mm256_castsi256_si128(low4)), 1);
+    return _mm512_zextsi256_si512(v);
+}
+
+/* Quantized rows against x quantized per group (lmx_cpu_x): per group one
+ * vpdpbusd (unsigned weights times signed x, four products a lane, exact in
+ * int32), one conversion and one FMA with scale * step; steps and the bias
+ * terms 8 groups at a time. Each weight is read, and q4 split into nibbles,
+ * once for all n rows of x. */
+static inline __attribute__((always_inline)) void mv_quant(const lmx_cpu_weight *w, int r0, int r1,
+                                                           const lmx_cpu_x *x, float *out, int ldo, const int n)
 {
     int K = w->cols, G = w->group, ng = K / G, q4 = w->kind == LMX_WK_Q4;
     size_t row_bytes = (size_t)K / (q4 ? 2 : 1);
-    const __m512i low4 = _mm512_set1_epi32(15);
-    const float *xs = q4 ? x->xq4 : x->x;
+    const int8_t *xq = x->xq;
+    const float *xd = x->xd;
+    const int32_t *qs = x->xqsum;
+    __mmask64 xmask = G >= 64 ? ~0ull : 0xffffffffull;
     for (int r = r0; r < r1; r++) {
         const uint8_t *q = (const uint8_t *)w->data + (size_t)r * row_bytes;
         const uint16_t *sc = w->scales + (size_t)r * ng, *bi = w->biases + (size_t)r * ng;
-        __m512 acc[4];
-        float bsum[4] = {0};
-        for (int i = 0; i < 4; i++)
-            acc[i] = _mm512_setzero_ps();
-        for (int g = 0; g < ng; g++) {
-            __m512 d[4];
-            for (int i = 0; i < 4; i++)
-                d[i] = _mm512_setzero_ps();
-            int k0 = g * G;
-            if (q4) {
-                const uint8_t *qg = q + (size_t)k0 / 2;
-                for (int c = 0; c < G; c += 32) {
-                    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(qg + c / 2)));
-                    __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, low4));
-                    __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
-                    for (int i = 0; i < n; i++) {
-                        const float *xi = xs + (size_t)i * K + k0 + c;
-                        d[i] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(xi), d[i]);
-                        d[i] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xi + 16), d[i]);
-                    }
-                }
-            } else {
-                const uint8_t *qg = q + k0;
-                for (int c = 0; c < G; c += 16) {
-                    __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(qg + c))));
-                    for (int i = 0; i < n; i++)
-                        d[i] = _mm512_fmadd_ps(v, _mm512_loadu_ps(xs + (size_t)i * K + k0 + c), d[i]);
-                }
-            }
-            __m512 s = _mm512_set1_ps(h2f(sc[g]));
-            float b = h2f(bi[g]);
+        __m512 acc[4], acc2[4];
+        __m256 bacc[4];
+        for (int i = 0; i < n; i++)
+            acc[i] = acc2[i] = _mm512_setzero_ps(), bacc[i] = _mm256_setzero_ps();
+        for (int g0 = 0; g0 < ng; g0 += 8) {
+            int m = ng - g0 < 8 ? ng - g0 : 8;
+            __mmask8 mk = (__mmask8)((1u << m) - 1u);
+            __m256 s8 = _mm256_cvtph_ps(_mm_maskz_loadu_epi16(mk, sc + g0));
+            __m256 b8 = _mm256_cvtph_ps(_mm_maskz_loadu_epi16(mk, bi + g0));
+            float sd[4][8];
             for (int i = 0; i < n; i++) {
-                acc[i] = _mm512_fmadd_ps(s, d[i], acc[i]);
-                bsum[i] += b * x->gsum[(size_t)i * ng + g];
+                size_t o = (size_t)i * ng + (size_t)g0;
+                __m256 d8 = _mm256_maskz_loadu_ps(mk, xd + o);
+                _mm256_storeu_ps(sd[i], _mm256_mul_ps(s8, d8));
+                __m256 qs8 = _mm256_cvtepi32_ps(_mm256_maskz_loadu_epi32(mk, qs + o));
+                bacc[i] = _mm256_fmadd_ps(_mm256_mul_ps(b8, d8), qs8, bacc[i]);
+            }
+            for (int j = 0; j < m; j++) {
+                int c = (g0 + j) * G;
+                __m512i v = ld_q(q, c, q4, G);
+                for (int i = 0; i < n; i++) {
+                    __m512i xv = _mm512_maskz_loadu_epi8(xmask, xq + (size_t)i * K + c);
+                    __m512 d = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), v, xv));
+                    if (j & 1) /* two chains of FMAs */
+                        acc2[i] = _mm512_fmadd_ps(d, _mm512_set1_ps(sd[i][j]), acc2[i]);
+                    else
+                        acc[i] = _mm512_fmadd_ps(d, _mm512_set1_ps(sd[i][j]), acc[i]);
+                }
             }
         }
         for (int i = 0; i < n; i++)
-            out[(size_t)i * ldo + r] = _mm512_reduce_add_ps(acc[i]) + bsum[i];
-    }
-}
-
-/* One x row: no per-row arrays (they would live on the stack), two groups
- * in flight. */
-static void mv_quant1(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x *x, float *out)
-{
-    int K = w->cols, G = w->group, ng = K / G, q4 = w->kind == LMX_WK_Q4;
-    size_t row_bytes = (size_t)K / (q4 ? 2 : 1);
-    const __m512i low4 = _mm512_set1_epi32(15);
-    const float *xs = q4 ? x->xq4 : x->x, *gs = x->gsum;
-    for (int r = r0; r < r1; r++) {
-        const uint8_t *q = (const uint8_t *)w->data + (size_t)r * row_bytes;
-        const uint16_t *sc = w->scales + (size_t)r * ng, *bi = w->biases + (size_t)r * ng;
-        __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
-        float bsum = 0;
-        for (int g = 0; g < ng; g++) {
-            __m512 d0 = _mm512_setzero_ps(), d1 = d0;
-            const float *xg = xs + (size_t)g * G;
-            if (q4) {
-                const uint8_t *qg = q + (size_t)g * G / 2;
-                for (int c = 0; c < G; c += 32) {
-                    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(qg + c / 2)));
-                    d0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v, low4)), _mm512_loadu_ps(xg + c), d0);
-                    d1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)), _mm512_loadu_ps(xg + c + 16), d1);
-                }
-            } else {
-                const uint8_t *qg = q + (size_t)g * G;
-                for (int c = 0; c < G; c += 32) {
-                    __m512 v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(qg + c))));
-                    __m512 v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(qg + c + 16))));
-                    d0 = _mm512_fmadd_ps(v0, _mm512_loadu_ps(xg + c), d0);
-                    d1 = _mm512_fmadd_ps(v1, _mm512_loadu_ps(xg + c + 16), d1);
-                }
-            }
-            __m512 s = _mm512_set1_ps(h2f(sc[g]));
-            if (g & 1)
-                acc1 = _mm512_fmadd_ps(s, _mm512_add_ps(d0, d1), acc1);
-            else
-                acc0 = _mm512_fmadd_ps(s, _mm512_add_ps(d0, d1), acc0);
-            bsum += h2f(bi[g]) * gs[g];
-        }
-        out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + bsum;
+            out[(size_t)i * ldo + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i], acc2[i])) + hsum256(bacc[i]);
     }
 }
 
@@ -187,11 +169,15 @@ static void matvec_avx512(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu
     case LMX_WK_BF16: mv_bf16(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
     case LMX_WK_F16: mv_f16(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
     case LMX_WK_F32: mv_f32(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
-    default:
+    default: /* n as a constant, so the per-row arrays live in registers */
         if (n == 1)
-            mv_quant1(w, r0, r1, x, out);
+            mv_quant(w, r0, r1, x, out, ldo, 1);
+        else if (n == 2)
+            mv_quant(w, r0, r1, x, out, ldo, 2);
+        else if (n == 3)
+            mv_quant(w, r0, r1, x, out, ldo, 3);
         else
-            mv_quant(w, r0, r1, x, n, out, ldo);
+            mv_quant(w, r0, r1, x, out, ldo, 4);
         break;
     }
 }
@@ -362,8 +348,9 @@ static void attn_accum_avx512(float *acc, const float *v, size_t stride, const f
 
 static const lmx_cpu_kernels avx512 = {
     .path = LMX_CPU_AVX512,
-    .q4_chunk = 32,
+    .q4_chunk = 64,
     .matvec = matvec_avx512,
+    .quant_x = gen_quant_x,
     .decode = decode_avx512,
     .tile_mr = MR,
     .tile_nx = NX,

@@ -33,12 +33,41 @@ static void scale_scalar(float *y, float a, int n)
 
 enum { CHUNK = 256 };
 
+/* Quantized rows against x quantized per group (lmx_cpu_x): exact integer
+ * dot products per group, scaled and biased in float. */
+static void matvec_quant(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x *x, int n, float *out,
+                         int ldo)
+{
+    int K = w->cols, G = w->group, ng = K / G, q4 = w->kind == LMX_WK_Q4;
+    size_t row_bytes = (size_t)K / (q4 ? 2 : 1);
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *q = (const uint8_t *)w->data + (size_t)r * row_bytes;
+        const uint16_t *sc = w->scales + (size_t)r * ng, *bi = w->biases + (size_t)r * ng;
+        for (int i = 0; i < n; i++) {
+            float acc = 0;
+            for (int g = 0; g < ng; g++) {
+                const int8_t *xg = x->xq + (size_t)i * K + (size_t)g * G;
+                int32_t d = 0;
+                for (int k = 0; k < G; k++)
+                    d += (q4 ? (q[(g * G + k) / 2] >> (4 * (k & 1))) & 15 : q[g * G + k]) * xg[k];
+                size_t o = (size_t)i * ng + (size_t)g;
+                acc += x->xd[o] * (gen_h2f(sc[g]) * (float)d + gen_h2f(bi[g]) * (float)x->xqsum[o]);
+            }
+            out[(size_t)i * ldo + r] = acc;
+        }
+    }
+}
+
 /* Decodes the weight row a chunk at a time into a stack buffer and dots it
  * with every x row, so each weight is read once. */
 static void matvec_scalar(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x *x, int n, float *out,
                           int ldo)
 {
     int K = w->cols;
+    if (w->kind == LMX_WK_Q8 || w->kind == LMX_WK_Q4) {
+        matvec_quant(w, r0, r1, x, n, out, ldo);
+        return;
+    }
     float row[CHUNK];
     lmx_cpu_weight one = *w;
     for (int r = r0; r < r1; r++) {
@@ -52,19 +81,12 @@ static void matvec_scalar(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu
             for (int i = 0; i < n; i++)
                 acc[i] = dot_scalar(row, x->x + (size_t)i * K, K);
         } else {
-            /* a view of one chunk of the row as a one-row matrix */
-            int step = w->kind >= LMX_WK_Q8 ? CHUNK / w->group * w->group : CHUNK; /* groups <= 128 */
-            for (int k0 = 0; k0 < K; k0 += step) {
-                int len = K - k0 < step ? K - k0 : step;
+            /* a view of one chunk of the row as a one-row matrix (f16/bf16) */
+            for (int k0 = 0; k0 < K; k0 += CHUNK) {
+                int len = K - k0 < CHUNK ? K - k0 : CHUNK;
                 one.cols = len;
                 one.rows = 1;
-                size_t e = (size_t)r * K + (size_t)k0;
-                int bits = w->kind == LMX_WK_Q8 ? 8 : w->kind == LMX_WK_Q4 ? 4 : 16;
-                one.data = (const uint8_t *)w->data + e * (size_t)bits / 8;
-                if (w->kind >= LMX_WK_Q8) {
-                    one.scales = w->scales + e / (size_t)w->group;
-                    one.biases = w->biases + e / (size_t)w->group;
-                }
+                one.data = (const uint16_t *)w->data + (size_t)r * K + (size_t)k0;
                 gen_decode(&one, 0, row);
                 for (int i = 0; i < n; i++)
                     acc[i] += dot_scalar(row, x->x + (size_t)i * K + k0, len);
@@ -99,6 +121,7 @@ static const lmx_cpu_kernels scalar = {
     .path = LMX_CPU_SCALAR,
     .q4_chunk = 2,
     .matvec = matvec_scalar,
+    .quant_x = gen_quant_x,
     .decode = gen_decode,
     .tile_mr = MR,
     .tile_nx = NX,

@@ -18,23 +18,34 @@ typedef struct lmx_cpu_weight {
     const void *data;       /* borrowed: the mapping or the backend's copy */
     const uint16_t *scales; /* q8/q4: float16, rows x cols / group */
     const uint16_t *biases; /* q8/q4: float16, rows x cols / group */
-    int group;              /* q8/q4: a multiple of 32 dividing cols */
+    int group;              /* q8/q4: 32 or 64 (lmx_quant_group) */
 } lmx_cpu_weight;
 
-/* x as the matvec kernels read it: n rows of cols floats. */
+/* x as the matvec kernels read it: n rows of cols floats. For q8/q4
+ * weights, x is also quantized to 8 bits per weight group g (x ~ xd[g] *
+ * xq, xq in [-127, 127]), so that the kernels take integer dot products:
+ * w . x = sum over g of xd[g] * (scale[g] * (q . xq) + bias[g] * xqsum[g]).
+ * (The bias term on the quantized x too: with the exact sum of x, the error
+ * of x would meet w - bias instead of w, 2-3x larger as bias = min.) */
 typedef struct lmx_cpu_x {
-    const float *x;    /* n x cols */
-    const float *xq4;  /* q4: x with every run of q4_chunk elements reordered evens, then odds */
-    const float *gsum; /* q8/q4: n x (cols / group) sums of x over each group */
+    const float *x;       /* n x cols */
+    const int8_t *xq;     /* q8/q4: n x cols; for q4, every run of min(q4_chunk, group) elements
+                           * stored evens, then odds (as the low, then the high nibbles) */
+    const float *xd;      /* q8/q4: n x (cols / group) steps */
+    const int32_t *xqsum; /* q8/q4: n x (cols / group) sums of xq over each group */
 } lmx_cpu_x;
 
 typedef struct lmx_cpu_kernels {
     lmx_cpu_path path;
-    int q4_chunk; /* see lmx_cpu_x.xq4; 2 = natural order */
+    int q4_chunk; /* see lmx_cpu_x.xq; 2 = natural order */
     /* out[i * ldo + r] = w[r] . x[i] for r in [r0, r1), i < n <= 4: reads
      * each weight once whatever n is. */
     void (*matvec)(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x *x, int n, float *out,
                    int ldo);
+    /* One row of x (K floats) quantized for matvec on q8/q4 weights with
+     * groups of G: xq[K], and xd, xqsum[K / G] (lmx_cpu_x); with C > 0 (q4),
+     * every run of C values of xq stored evens, then odds. */
+    void (*quant_x)(const float *x, int K, int G, int C, int8_t *xq, float *xd, int32_t *xqsum);
     /* dst[0, cols) = row r of w as float32. */
     void (*decode)(const lmx_cpu_weight *w, int r, float *dst);
     /* The GEMM micro-tile: mr rows of weights (wt: tile_mr rows of K

@@ -17,7 +17,9 @@ struct lmx_cpu_mm {
     lmx_pool *pool;
     pthread_mutex_t lock; /* the scratch below serves one product at a time */
     int cols;             /* capacity, in columns of weights */
-    float *xq4, *gsum;    /* MV_ROWS rows */
+    int8_t *xq;           /* MV_ROWS rows of x quantized (lmx_cpu_x) */
+    float *xd;            /* MV_ROWS rows of per-group steps and sums */
+    int32_t *xqsum;
     float **wt;           /* per thread: tile_mr decoded weight rows */
     float *xt;            /* x packed k-major for the tiles; grows */
     size_t xt_cap;
@@ -46,8 +48,9 @@ void lmx_cpu_mm_free(lmx_cpu_mm *mm)
     for (int t = 0; mm->wt && t < lmx_pool_threads(mm->pool); t++)
         free(mm->wt[t]);
     free(mm->wt);
-    free(mm->xq4);
-    free(mm->gsum);
+    free(mm->xq);
+    free(mm->xd);
+    free(mm->xqsum);
     free(mm->xt);
     pthread_mutex_destroy(&mm->lock);
     free(mm);
@@ -57,17 +60,18 @@ int lmx_cpu_mm_reserve(lmx_cpu_mm *mm, int cols)
 {
     if (cols <= mm->cols)
         return 0;
-    size_t c = (size_t)cols;
-    float *xq4 = malloc(MV_ROWS * c * sizeof(float)), *gsum = malloc(MV_ROWS * (c / MIN_GROUP + 1) * sizeof(float));
-    if (!xq4 || !gsum) {
-        free(xq4);
-        free(gsum);
+    size_t c = (size_t)cols, ng = MV_ROWS * (c / MIN_GROUP + 1);
+    int8_t *xq = malloc(MV_ROWS * c);
+    float *xd = malloc(ng * sizeof(float));
+    int32_t *xqsum = malloc(ng * sizeof(int32_t));
+    if (!xq || !xd || !xqsum) {
+        free(xq), free(xd), free(xqsum);
         return -1;
     }
-    free(mm->xq4);
-    free(mm->gsum);
-    mm->xq4 = xq4;
-    mm->gsum = gsum;
+    free(mm->xq), free(mm->xd), free(mm->xqsum);
+    mm->xq = xq;
+    mm->xd = xd;
+    mm->xqsum = xqsum;
     for (int t = 0; t < lmx_pool_threads(mm->pool); t++) {
         float *w = calloc((size_t)mm->k->tile_mr * (size_t)wt_stride(cols), sizeof(float));
         if (!w)
@@ -98,30 +102,17 @@ static void mv_task(void *ctx, int task, int worker)
     j->k->matvec(j->w, r0, r1, &j->x, j->n, j->out, j->w->rows);
 }
 
-/* The sums of x over each quantization group, and for q4 x reordered as
- * the kernel pairs it with low and high nibbles. */
+/* x quantized per weight group (lmx_cpu_x); q4 reordered in runs of
+ * min(q4_chunk, group), natural order being runs of 2. */
 static void prep_quant(lmx_cpu_mm *mm, const lmx_cpu_weight *w, const float *x, int n, lmx_cpu_x *xp)
 {
-    int K = w->cols, G = w->group, ng = K / G, C = mm->k->q4_chunk;
+    int K = w->cols, G = w->group, ng = K / G, C = mm->k->q4_chunk < G ? mm->k->q4_chunk : G;
     for (int i = 0; i < n; i++) {
-        const float *xi = x + (size_t)i * K;
-        for (int g = 0; g < ng; g++) {
-            float s = 0;
-            for (int k = 0; k < G; k++)
-                s += xi[g * G + k];
-            mm->gsum[(size_t)i * ng + g] = s;
-        }
-        if (w->kind == LMX_WK_Q4) {
-            float *d = mm->xq4 + (size_t)i * K;
-            for (int c = 0; c < K; c += C)
-                for (int e = 0; e < C / 2; e++) {
-                    d[c + e] = xi[c + 2 * e];
-                    d[c + C / 2 + e] = xi[c + 2 * e + 1];
-                }
-        }
+        size_t o = (size_t)i * ng;
+        mm->k->quant_x(x + (size_t)i * K, K, G, w->kind == LMX_WK_Q4 ? C : 0, mm->xq + (size_t)i * K,
+                       mm->xd + o, mm->xqsum + o);
     }
-    xp->xq4 = mm->xq4;
-    xp->gsum = mm->gsum;
+    *xp = (lmx_cpu_x){x, mm->xq, mm->xd, mm->xqsum};
 }
 
 static void run_matvec(lmx_cpu_mm *mm, float *out, const float *x, int n, const lmx_cpu_weight *w)
@@ -133,7 +124,7 @@ static void run_matvec(lmx_cpu_mm *mm, float *out, const float *x, int n, const 
     per = (per + 15) / 16 * 16;
     for (int i0 = 0; i0 < n; i0 += MV_ROWS) {
         int m = n - i0 < MV_ROWS ? n - i0 : MV_ROWS;
-        mv_job j = {mm->k, w, {x + (size_t)i0 * w->cols, NULL, NULL}, m, per, out + (size_t)i0 * N};
+        mv_job j = {mm->k, w, {x + (size_t)i0 * w->cols, NULL, NULL, NULL}, m, per, out + (size_t)i0 * N};
         if (w->kind == LMX_WK_Q8 || w->kind == LMX_WK_Q4)
             prep_quant(mm, w, j.x.x, m, &j.x);
         lmx_pool_run(mm->pool, (N + per - 1) / per, mv_task, &j);

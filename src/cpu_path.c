@@ -15,20 +15,6 @@ const char *lmx_cpu_path_name(lmx_cpu_path p)
     return (unsigned)p < LMX_CPU_PATH_COUNT ? names[p] : "?";
 }
 
-int lmx_cpu_has_avx512bf16(void)
-{
-#ifdef LMX_X86
-    unsigned a, b, c, d;
-    /* CPUID leaf 7 sub-leaf 1, EAX bit 5; the OS-enabled zmm state is
-     * checked by __builtin_cpu_supports("avx512f") on the path itself. */
-    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d))
-        return 0;
-    return (a >> 5) & 1;
-#else
-    return 0;
-#endif
-}
-
 #ifdef LMX_X86
 /* What the AVX2 path needs (the AVX-512 path uses it too); NULL if present. */
 static const char *avx2_lack(void)
@@ -54,6 +40,8 @@ static const char *avx512_lack(void)
         return "CPU lacks avx512bw";
     if (!__builtin_cpu_supports("avx512vl"))
         return "CPU lacks avx512vl";
+    if (!__builtin_cpu_supports("avx512vnni"))
+        return "CPU lacks avx512vnni";
     return avx2_lack();
 }
 #endif

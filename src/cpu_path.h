@@ -8,7 +8,7 @@
 typedef enum lmx_cpu_path {
     LMX_CPU_SCALAR, /* portable C, any architecture */
     LMX_CPU_AVX2,   /* x86-64 AVX2 + FMA + F16C */
-    LMX_CPU_AVX512, /* x86-64 AVX-512 F/BW/VL + FMA + F16C (BF16 dot products when present) */
+    LMX_CPU_AVX512, /* x86-64 AVX-512 F/BW/VL/VNNI + FMA + F16C */
     LMX_CPU_PATH_COUNT
 } lmx_cpu_path;
 
@@ -16,8 +16,6 @@ const char *lmx_cpu_path_name(lmx_cpu_path p);
 /* 1 if this build and this CPU can run path p; else 0 and, when why is not
  * NULL, a reason such as "CPU lacks avx512bw". */
 int lmx_cpu_path_supported(lmx_cpu_path p, const char **why);
-/* 1 if the CPU has the AVX-512 BF16 dot-product instructions. */
-int lmx_cpu_has_avx512bf16(void);
 /* The path to run: LMX_CPU_PATH when set (an error when unknown or not
  * supported here), else the best supported one. */
 lmx_status lmx_cpu_path_select(lmx_cpu_path *out, lmx_error *err);
