@@ -2,7 +2,8 @@
 # On the GPU machine (device tool): build, run test_cuda, then bench/gpu_bench
 # on synthetic bf16 checkpoints. Usage: bench/gpu_run.sh [MODEL...]
 # (models as in `lmx synth --like`; none = tests only; BENCH_ARGS are passed
-# to gpu_bench, e.g. "--chunk 4096"; PROFILE=1 adds an Nsight Compute
+# to gpu_bench, e.g. "--chunk 4096"; COMPARE="VAR=value ..." repeats each
+# bench with those environment settings; PROFILE=1 adds an Nsight Compute
 # listing of the first kernels of a decode step, $OUT/ncu-MODEL.log).
 # Logs go to $OUT.
 set -uo pipefail
@@ -41,9 +42,9 @@ for m in "$@"; do
         ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum -c 48 \
             ./build-gpu/gpu_bench "$d" --profile --gen 2 >"$out/ncu-$m.log" 2>&1 || echo "ncu failed: $out/ncu-$m.log"
     fi
-    case $m in qwen3*) # prefill attention without tensor cores, for comparison
-        LMX_CUDA_ATTN=simt ./build-gpu/gpu_bench "$d" ${BENCH_ARGS:-} 2>&1 | tail -1 | sed 's/^/simt attention: /' |
-            tee -a "$out/bench.log" ;;
-    esac
+    if [ -n "${COMPARE:-}" ]; then # the same bench under other settings, e.g. COMPARE=LMX_CUDA_ATTN=simt
+        env $COMPARE ./build-gpu/gpu_bench "$d" ${BENCH_ARGS:-} 2>&1 | tail -1 | sed "s/^/$COMPARE: /" |
+            tee -a "$out/bench.log"
+    fi
     rm -rf "$d" # the disk holds one large checkpoint at a time
 done

@@ -257,6 +257,15 @@ __device__ float block_sum(float v, float *red)
     return warp_sum(v);
 }
 
+/* Pulls a norm weight (dim elements of dtype dt) toward L2 while the
+ * previous kernel finishes: only for data no kernel writes. */
+__device__ __forceinline__ void prefetch_norm(const void *w, int dt, int dim)
+{
+    size_t bytes = (size_t)dim * (dt == LMX_DT_F32 ? 4 : 2);
+    for (size_t o = (size_t)threadIdx.x * 128; w && o < bytes; o += (size_t)blockDim.x * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)w + o));
+}
+
 __device__ __forceinline__ float norm_w(const void *w, int dt, int j, int plus_one)
 {
     float wj = load_w(w, dt, j);
@@ -266,6 +275,7 @@ __device__ __forceinline__ float norm_w(const void *w, int dt, int j, int plus_o
 /* One block per dim-long vector. */
 __global__ void k_rmsnorm(float *out, const float *x, const void *w, int dt, int dim, float eps, int plus_one)
 {
+    prefetch_norm(w, dt, dim);
     pdl_wait();
     pdl_trigger();
     __shared__ float red[32];
@@ -284,6 +294,8 @@ __global__ void k_rmsnorm(float *out, const float *x, const void *w, int dt, int
 __global__ void k_residual_norm(float *x, float *h, const float *y, const void *post, int dt_post, const void *next,
                                 int dt_next, int dim, float eps, int plus_one)
 {
+    prefetch_norm(post, dt_post, dim);
+    prefetch_norm(next, dt_next, dim);
     pdl_wait();
     pdl_trigger();
     __shared__ float red[32];
@@ -355,49 +367,55 @@ __device__ __forceinline__ float act_fn(float x, int gelu)
     return gelu ? 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x))) : x / (1.0f + expf(-x));
 }
 
-/* acc[r] += this lane's share of x[r, :] . wr for r < nr: GEMV_UNROLL
- * 16-byte loads per lane in flight while the previous batch is summed,
- * weights streamed past L1 (x stays cached). first: the weights' first
- * batch is loaded before waiting on the previous kernel (weights never
- * change), the wait comes after. */
-template <typename W, int R>
-__device__ __forceinline__ void dot_row(float (&acc)[R], const uint4 *__restrict__ wr, const float *__restrict__ x,
-                                        int K, int nr, int lane, bool first)
+/* acc[m][r] += this lane's share of x[r, :] . wr[m] for r < nr, m < M
+ * weight rows: GEMV_UNROLL 16-byte loads per lane and row in flight while
+ * the previous batch is summed, weights streamed past L1 (x stays
+ * cached). The first batch is loaded before waiting on the previous kernel
+ * (weights never change); the wait comes after. */
+template <typename W, int R, int M>
+__device__ __forceinline__ void dot_rows(float (&acc)[M][R], const uint4 *const (&wr)[M], const float *__restrict__ x,
+                                         int K, int nr, int lane)
 {
     constexpr int V = wvec<W>::N, U = GEMV_UNROLL;
     int nv = K / V;
-    uint4 u[U];
+    uint4 u[M][U];
 #pragma unroll
     for (int j = 0; j < U; j++)
-        if (lane + 32 * j < nv)
-            u[j] = __ldcs(wr + lane + 32 * j);
-    if (first) {
-        pdl_wait();
-        pdl_trigger();
-    }
-    for (int i = lane; i < nv; i += 32 * U) {
-        uint4 cur[U];
 #pragma unroll
-        for (int j = 0; j < U; j++) {
-            cur[j] = u[j];
-            if (i + 32 * (U + j) < nv)
-                u[j] = __ldcs(wr + i + 32 * (U + j));
-        }
+        for (int m = 0; m < M; m++)
+            if (lane + 32 * j < nv)
+                u[m][j] = __ldcs(wr[m] + lane + 32 * j);
+    pdl_wait();
+    pdl_trigger();
+    for (int i = lane; i < nv; i += 32 * U) {
+        uint4 cur[M][U];
+#pragma unroll
+        for (int j = 0; j < U; j++)
+#pragma unroll
+            for (int m = 0; m < M; m++) {
+                cur[m][j] = u[m][j];
+                if (i + 32 * (U + j) < nv)
+                    u[m][j] = __ldcs(wr[m] + i + 32 * (U + j));
+            }
 #pragma unroll
         for (int j = 0; j < U; j++) {
             if (i + 32 * j >= nv)
                 break;
-            float f[V];
-            wvec<W>::cvt(cur[j], f);
             int k = (i + 32 * j) * V;
 #pragma unroll
-            for (int r = 0; r < R; r++) {
-                if (r < nr) {
-                    const float4 *xr = (const float4 *)(x + (size_t)r * K + k);
+            for (int m = 0; m < M; m++) {
+                float f[V];
+                wvec<W>::cvt(cur[m][j], f);
 #pragma unroll
-                    for (int q = 0; q < V / 4; q++) {
-                        float4 xv = __ldg(xr + q);
-                        acc[r] += f[4 * q] * xv.x + f[4 * q + 1] * xv.y + f[4 * q + 2] * xv.z + f[4 * q + 3] * xv.w;
+                for (int r = 0; r < R; r++) {
+                    if (r < nr) {
+                        const float4 *xr = (const float4 *)(x + (size_t)r * K + k);
+#pragma unroll
+                        for (int q = 0; q < V / 4; q++) {
+                            float4 xv = __ldg(xr + q);
+                            acc[m][r] += f[4 * q] * xv.x + f[4 * q + 1] * xv.y + f[4 * q + 2] * xv.z +
+                                         f[4 * q + 3] * xv.w;
+                        }
                     }
                 }
             }
@@ -415,12 +433,14 @@ struct gemv_set {
 };
 
 /* out[r, n] = x[r, :] . w[n, :] for r < nr <= R, one warp per weight row,
- * float32 accumulation; needs K % wvec<W>::N == 0. GATED: s holds gate
- * and up, out[0] = act(x . gate) * (x . up). */
+ * float32 accumulation; needs K % wvec<W>::N == 0. GATED: s holds gate and
+ * up, and each warp computes out[0] = act(x . gate) * (x . up) for one row
+ * of both. */
 template <typename W, int R, bool GATED>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     k_gemv(gemv_set s, const float *__restrict__ x, int K, int nr, int gelu)
 {
+    constexpr int M = GATED ? 2 : 1;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int n = blockIdx.x * GEMV_WARPS + warp;
     if (n >= s.end[GATED ? 0 : s.n - 1])
@@ -437,23 +457,22 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
             row = n - s.end[j - 1];
             N = s.end[j] - s.end[j - 1];
         }
-    float acc[R];
+    const uint4 *wr[M];
+    wr[0] = (const uint4 *)(w + (size_t)row * K);
+    if (GATED)
+        wr[M - 1] = (const uint4 *)((const W *)s.w[1] + (size_t)row * K);
+    float acc[M][R];
 #pragma unroll
-    for (int r = 0; r < R; r++)
-        acc[r] = 0;
-    dot_row<W, R>(acc, (const uint4 *)(w + (size_t)row * K), x, K, nr, lane, true);
-    float up[R];
-    if (GATED) {
+    for (int m = 0; m < M; m++)
 #pragma unroll
         for (int r = 0; r < R; r++)
-            up[r] = 0;
-        dot_row<W, R>(up, (const uint4 *)((const W *)s.w[1] + (size_t)row * K), x, K, nr, lane, false);
-    }
+            acc[m][r] = 0;
+    dot_rows<W, R, M>(acc, wr, x, K, nr, lane);
 #pragma unroll
     for (int r = 0; r < R; r++) {
-        float v = warp_sum(acc[r]);
+        float v = warp_sum(acc[0][r]);
         if (GATED)
-            v = act_fn(v, gelu) * warp_sum(up[r]);
+            v = act_fn(v, gelu) * warp_sum(acc[M - 1][r]);
         if (lane == 0 && r < nr)
             out[(size_t)r * N + row] = v;
     }
@@ -493,6 +512,7 @@ __global__ void k_qk_prepare(float *q, const float *k, const float *v, const voi
                              int dt_k, float *kc, float *vc, const float *inv, int hd, int Hq, int Hk, int slots,
                              const int *dpos, int pos0, float eps, int plus_one)
 {
+    prefetch_norm(blockIdx.x < Hq ? qn : kn, blockIdx.x < Hq ? dt_q : dt_k, hd);
     pdl_wait();
     pdl_trigger();
     extern __shared__ float normed[]; /* hd */
@@ -1061,8 +1081,8 @@ void cuda_rmsnorm(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, const l
     launched(b, "rmsnorm");
 }
 
-template <typename W, bool GATED> void gemv_launch(cuda_backend *b, const gemv_set &s, const float *x, int K, int nr,
-                                                   int gelu)
+template <typename W, bool GATED>
+void gemv_launch(cuda_backend *b, const gemv_set &s, const float *x, int K, int nr, int gelu)
 {
     unsigned grid = (unsigned)((s.end[GATED ? 0 : s.n - 1] + GEMV_WARPS - 1) / GEMV_WARPS);
     int th = GEMV_WARPS * 32;
@@ -1076,15 +1096,23 @@ template <typename W, bool GATED> void gemv_launch(cuda_backend *b, const gemv_s
         launch(b, k_gemv<W, 8, GATED>, grid, th, 0, s, x, K, nr, gelu);
 }
 
-template <bool GATED> void gemv_dtype(cuda_backend *b, lmx_dtype dt, const gemv_set &s, const float *x, int K, int nr,
+template <typename W> void gemv_gated(cuda_backend *b, const gemv_set &s, const float *x, int K, int nr, bool gated,
                                       int gelu)
 {
-    if (dt == LMX_DT_BF16)
-        gemv_launch<__nv_bfloat16, GATED>(b, s, x, K, nr, gelu);
-    else if (dt == LMX_DT_F16)
-        gemv_launch<__half, GATED>(b, s, x, K, nr, gelu);
+    if (gated)
+        gemv_launch<W, true>(b, s, x, K, nr, gelu);
     else
-        gemv_launch<float, GATED>(b, s, x, K, nr, gelu);
+        gemv_launch<W, false>(b, s, x, K, nr, gelu);
+}
+
+void gemv_dtype(cuda_backend *b, lmx_dtype dt, const gemv_set &s, const float *x, int K, int nr, bool gated, int gelu)
+{
+    if (dt == LMX_DT_BF16)
+        gemv_gated<__nv_bfloat16>(b, s, x, K, nr, gated, gelu);
+    else if (dt == LMX_DT_F16)
+        gemv_gated<__half>(b, s, x, K, nr, gated, gelu);
+    else
+        gemv_gated<float>(b, s, x, K, nr, gated, gelu);
 }
 
 void gated_act(cuda_backend *b, float *gate, const float *up, size_t n, int gelu)
@@ -1109,10 +1137,8 @@ void gemv(cuda_backend *b, int n, lmx_tensor *const *outs, const float *x, const
         s.out[i] = f32(outs[i]) + row0 * outs[i]->cols;
         s.end[i] = (i ? s.end[i - 1] : 0) + ws[i]->rows;
     }
-    if (fused && gated)
-        gemv_dtype<true>(b, dt, s, x, K, nr, gelu);
-    else if (fused)
-        gemv_dtype<false>(b, dt, s, x, K, nr, gelu);
+    if (fused)
+        gemv_dtype(b, dt, s, x, K, nr, gated, gelu);
     for (int i = 0; !fused && i < n; i++) {
         dim3 grid((unsigned)((ws[i]->rows + GEMV_WARPS - 1) / GEMV_WARPS), nr);
         launch(b, k_gemv_any, grid, GEMV_WARPS * 32, 0, s.out[i], x, ws[i]->data, ws[i]->dtype, ws[i]->rows, K);
