@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "cpu_amx.h"
 #include "dtype.h"
 
 #ifdef __clang__
@@ -346,21 +347,15 @@ static void attn_accum_avx512(float *acc, const float *v, size_t stride, const f
         attn_accum_gen(acc, v, stride, p, nb, hd);
 }
 
-static const lmx_cpu_kernels avx512 = {
-    .path = LMX_CPU_AVX512,
-    .q4_chunk = 64,
-    .matvec = matvec_avx512,
-    .quant_x = gen_quant_x,
-    .decode = decode_avx512,
-    .tile_mr = MR,
-    .tile_nx = NX,
-    .tile = tile_avx512,
-    .attn_scores = attn_scores_avx512,
-    .attn_accum = attn_accum_avx512,
-    .dot = dot_avx512,
-    .axpy = axpy_avx512,
-    .scale = scale_avx512,
-};
+#define AVX512_TABLE                                                                               \
+    .q4_chunk = 64, .matvec = matvec_avx512, .quant_x = gen_quant_x, .decode = decode_avx512, .tile_mr = MR, \
+    .tile_nx = NX, .tile = tile_avx512, .attn_scores = attn_scores_avx512, .attn_accum = attn_accum_avx512, \
+    .dot = dot_avx512, .axpy = axpy_avx512, .scale = scale_avx512
+
+static const lmx_cpu_kernels avx512 = {.path = LMX_CPU_AVX512, AVX512_TABLE};
+/* the same, with bf16 prefill on AMX tiles */
+static const lmx_cpu_kernels amx = {
+    .path = LMX_CPU_AMX, AVX512_TABLE, .amx_pack_x = lmx_amx_pack_x, .amx_gemm = lmx_amx_gemm};
 
 #ifdef __clang__
 #pragma clang attribute pop
@@ -369,7 +364,9 @@ static const lmx_cpu_kernels avx512 = {
 #endif
 
 const lmx_cpu_kernels *lmx_cpu_kernels_avx512(void) { return &avx512; }
+const lmx_cpu_kernels *lmx_cpu_kernels_amx(void) { return &amx; }
 
 #else
 const lmx_cpu_kernels *lmx_cpu_kernels_avx512(void) { return NULL; }
+const lmx_cpu_kernels *lmx_cpu_kernels_amx(void) { return NULL; }
 #endif

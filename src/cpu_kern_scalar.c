@@ -138,6 +138,7 @@ const lmx_cpu_kernels *lmx_cpu_kernels_scalar(void) { return &scalar; }
 const lmx_cpu_kernels *lmx_cpu_kernels_for(lmx_cpu_path p)
 {
     switch (p) {
+    case LMX_CPU_AMX: return lmx_cpu_kernels_amx();
     case LMX_CPU_AVX512: return lmx_cpu_kernels_avx512();
     case LMX_CPU_AVX2: return lmx_cpu_kernels_avx2();
     default: return lmx_cpu_kernels_scalar();

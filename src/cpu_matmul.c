@@ -176,6 +176,26 @@ static void tile_task(void *ctx, int task, int worker)
     }
 }
 
+/* AMX (bf16 weights): x packed as bf16 hi and lo parts in blocks of 16
+ * rows, then bands of 32 weight rows against all of it. */
+static void amx_pack_task(void *ctx, int task, int worker)
+{
+    const mm_job *j = ctx;
+    int K = j->w->cols, i0 = task * 16, rows = j->n - i0 < 16 ? j->n - i0 : 16;
+    uint16_t *hi = (uint16_t *)j->mm->xt, *lo = hi + (size_t)j->ldx * K;
+    if (rows < 0) /* a block of padding */
+        rows = 0, i0 = j->n;
+    j->mm->k->amx_pack_x(j->x + (size_t)i0 * K, K, rows, hi + (size_t)task * 16 * K, lo + (size_t)task * 16 * K);
+}
+
+static void amx_gemm_task(void *ctx, int task, int worker)
+{
+    const mm_job *j = ctx;
+    int K = j->w->cols, r0 = task * 32;
+    uint16_t *hi = (uint16_t *)j->mm->xt, *lo = hi + (size_t)j->ldx * K;
+    j->mm->k->amx_gemm((const uint16_t *)j->w->data + (size_t)r0 * K, K, hi, lo, j->n, j->out + r0, j->w->rows);
+}
+
 static int ensure_xt(lmx_cpu_mm *mm, size_t need)
 {
     if (need <= mm->xt_cap)
@@ -193,8 +213,15 @@ void lmx_cpu_mm_run(lmx_cpu_mm *mm, float *out, const float *x, int n, const lmx
 {
     pthread_mutex_lock(&mm->lock);
     int ldx = (n + mm->k->tile_nx - 1) / mm->k->tile_nx * mm->k->tile_nx;
+    int amx = mm->k->amx_gemm && w->kind == LMX_WK_BF16 && w->rows % 32 == 0 && w->cols % 32 == 0;
+    if (amx) /* hi and lo, uint16 each, in the room of one float per element */
+        ldx = (n + 31) / 32 * 32;
     if (n <= MV_ROWS || ensure_xt(mm, (size_t)ldx * (size_t)w->cols)) {
         run_matvec(mm, out, x, n, w); /* also the fallback when memory is short */
+    } else if (amx) {
+        mm_job j = {mm, w, x, n, ldx, out};
+        lmx_pool_run(mm->pool, ldx / 16, amx_pack_task, &j);
+        lmx_pool_run(mm->pool, w->rows / 32, amx_gemm_task, &j);
     } else {
         mm_job j = {mm, w, x, n, ldx, out};
         lmx_pool_run(mm->pool, (w->cols + PACK_COLS - 1) / PACK_COLS, pack_task, &j);

@@ -2,13 +2,17 @@
 
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define LMX_X86 1
 #include <cpuid.h>
 #endif
 
-static const char *const names[LMX_CPU_PATH_COUNT] = {"scalar", "avx2", "avx512"};
+static const char *const names[LMX_CPU_PATH_COUNT] = {"scalar", "avx2", "avx512", "amx"};
 
 const char *lmx_cpu_path_name(lmx_cpu_path p)
 {
@@ -44,6 +48,29 @@ static const char *avx512_lack(void)
         return "CPU lacks avx512vnni";
     return avx2_lack();
 }
+
+/* AMX: the instructions (CPUID 7.0 EDX bits 22, 24; AVX-512 BF16 in 7.1
+ * EAX bit 5), and the kernel's leave to use the tile data state, which
+ * Linux grants per process on request. */
+static const char *amx_lack(void)
+{
+    unsigned a, b, c, d;
+    const char *lack = avx512_lack();
+    if (lack)
+        return lack;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((d >> 22) & 1) || !((d >> 24) & 1))
+        return "CPU lacks amx-bf16";
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1))
+        return "CPU lacks avx512bf16";
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA))
+        return "the kernel refused AMX tile data (arch_prctl)";
+    return NULL;
+#else
+    return "AMX needs Linux";
+#endif
+}
 #endif
 
 int lmx_cpu_path_supported(lmx_cpu_path p, const char **why)
@@ -56,8 +83,10 @@ int lmx_cpu_path_supported(lmx_cpu_path p, const char **why)
         lack = avx2_lack();
     else if (p == LMX_CPU_AVX512)
         lack = avx512_lack();
+    else if (p == LMX_CPU_AMX)
+        lack = amx_lack();
 #else
-    else if (p == LMX_CPU_AVX2 || p == LMX_CPU_AVX512)
+    else if (p == LMX_CPU_AVX2 || p == LMX_CPU_AVX512 || p == LMX_CPU_AMX)
         lack = "not an x86-64 build";
 #endif
     else
@@ -79,7 +108,7 @@ lmx_status lmx_cpu_path_select(lmx_cpu_path *out, lmx_error *err)
                 *out = (lmx_cpu_path)p;
                 return LMX_OK;
             }
-        return lmx_fail(err, LMX_ERR_ARG, "LMX_CPU_PATH=%s: want avx512, avx2 or scalar", env);
+        return lmx_fail(err, LMX_ERR_ARG, "LMX_CPU_PATH=%s: want amx, avx512, avx2 or scalar", env);
     }
     for (int p = LMX_CPU_PATH_COUNT - 1; p > 0; p--)
         if (lmx_cpu_path_supported((lmx_cpu_path)p, NULL)) {

@@ -1,5 +1,5 @@
 /* Which SIMD code path the CPU backend runs: picked at run time from the
- * CPU's features, or forced with LMX_CPU_PATH=avx512|avx2|scalar. */
+ * CPU's features, or forced with LMX_CPU_PATH=amx|avx512|avx2|scalar. */
 #ifndef LMX_CPU_PATH_H
 #define LMX_CPU_PATH_H
 
@@ -9,6 +9,7 @@ typedef enum lmx_cpu_path {
     LMX_CPU_SCALAR, /* portable C, any architecture */
     LMX_CPU_AVX2,   /* x86-64 AVX2 + FMA + F16C */
     LMX_CPU_AVX512, /* x86-64 AVX-512 F/BW/VL/VNNI + FMA + F16C */
+    LMX_CPU_AMX,    /* the AVX-512 path, bf16 prefill on AMX tiles (+ AVX-512 BF16) */
     LMX_CPU_PATH_COUNT
 } lmx_cpu_path;
 
