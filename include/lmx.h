@@ -45,6 +45,9 @@ typedef struct lmx_load_options {
     int quant;       /* CPU: quantize weight matrices on load: 0 = as stored, 8 = q8, 4 = q4
                         (group-wise affine, MLX layout; docs/quantization.md) */
     int device;      /* LMX_DEVICE_*: where the weights live and the forward pass runs */
+    int n_gpus;      /* tensor parallelism over this many ranks, one thread each (0 or 1 =
+                        none): CUDA, one GPU per rank (devices 0..n-1, NCCL all-reduce);
+                        CPU, ranks sharing the CPU (to check the split; docs/multi-gpu.md) */
 } lmx_load_options;
 
 /* lmx_load_options.device. AUTO: the environment variable LMX_DEVICE ("cpu"

@@ -18,3 +18,16 @@ lmx_status lmx_backend_weight_view(const lmx_st_tensor *t, int *rows, int *cols,
     *cols = (int)c;
     return LMX_OK;
 }
+
+lmx_status lmx_backend_slice(const lmx_st_tensor *t, const lmx_slice *s, lmx_slice *out, lmx_error *err)
+{
+    int rows, cols;
+    if (lmx_backend_weight_view(t, &rows, &cols, err))
+        return err ? err->code : LMX_ERR_FORMAT;
+    *out = s ? *s : (lmx_slice){0, rows, 0, cols};
+    if (out->row0 < 0 || out->rows < 0 || out->row0 > rows - out->rows || out->col0 < 0 || out->cols < 0 ||
+        out->col0 > cols - out->cols)
+        return lmx_fail(err, LMX_ERR_INTERNAL, "%s: slice [%d +%d, %d +%d] of tensor '%s' outside [%d, %d]",
+                        t->file, out->row0, out->rows, out->col0, out->cols, t->name, rows, cols);
+    return LMX_OK;
+}

@@ -18,6 +18,13 @@ typedef struct lmx_tensor lmx_tensor;   /* defined by each backend */
 enum { LMX_MAX_MULTI = 3 }; /* outputs of one matmul_multi */
 typedef struct lmx_backend lmx_backend; /* a backend instance */
 
+/* The part of a stored weight's [rows, cols] view a backend holds: rows
+ * [row0, row0 + rows) and columns [col0, col0 + cols) (tensor parallelism,
+ * shard.h). */
+typedef struct lmx_slice {
+    int row0, rows, col0, cols;
+} lmx_slice;
+
 typedef struct lmx_attn_params {
     int n_rows;      /* queries, at positions pos0 .. pos0 + n_rows - 1 */
     int pos0;
@@ -31,16 +38,19 @@ typedef struct lmx_backend_ops {
     const char *name;
     void (*destroy)(lmx_backend *be);
 
-    /* A stored weight, seen as [rows, cols] = [shape[0], product of the rest];
-     * CPU: used in place from the mapping; a GPU uploads it. */
-    lmx_tensor *(*weight)(lmx_backend *be, const lmx_st_tensor *t, lmx_error *err);
+    /* A stored weight, seen as [rows, cols] = [shape[0], product of the rest],
+     * or the slice s of it (NULL: whole). CPU: used in place from the
+     * mapping (a column slice is copied); a GPU uploads it, reading only the
+     * slice. */
+    lmx_tensor *(*weight)(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice *s, lmx_error *err);
     /* A zeroed float32 tensor [rows, cols]. */
     lmx_tensor *(*alloc)(lmx_backend *be, int rows, int cols, lmx_error *err);
     void (*free)(lmx_backend *be, lmx_tensor *t);
 
-    /* out[i] = table[ids[i]] * scale */
+    /* out[i] = table[ids[i] - first_id] * scale; zero for ids outside the
+     * table's rows (a rank's share of the vocabulary) */
     void (*embed)(lmx_backend *be, lmx_tensor *out, const lmx_tensor *table, const int32_t *ids,
-                  int n_rows, float scale);
+                  int n_rows, float scale, int first_id);
     /* RMSNorm of every w->cols-long segment of the rows of x:
      * out = x / sqrt(mean(x^2) + eps) * (plus_one ? 1 + w : w). out may be x. */
     void (*rmsnorm)(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, const lmx_tensor *w,
@@ -77,9 +87,15 @@ typedef struct lmx_backend_ops {
     /* dst rows [dst_row, +n) = src rows [src_row, +n) (same cols) */
     void (*copy_rows)(lmx_backend *be, lmx_tensor *dst, int dst_row, const lmx_tensor *src,
                       int src_row, int n_rows);
-    /* Copies rows [row0, row0 + n_rows) of a float32 tensor to host memory
-     * (inside a step: done by step_end at the latest). */
-    void (*read)(lmx_backend *be, float *dst, const lmx_tensor *src, int row0, int n_rows);
+    /* Copies rows [row0, row0 + n_rows) of a float32 tensor to host memory,
+     * row i at dst + i * dst_stride (inside a step: done by step_end at the
+     * latest). */
+    void (*read)(lmx_backend *be, float *dst, size_t dst_stride, const lmx_tensor *src, int row0,
+                 int n_rows);
+    /* Tensor parallelism (NULL: a backend without it): the first n_rows rows
+     * of x become their sum over every rank of the backend's group; every
+     * rank calls it, in the same order, from its own thread. */
+    void (*all_reduce)(lmx_backend *be, lmx_tensor *x, int n_rows);
 
     /* Optional (NULL: every op runs when called). One forward step of n_rows
      * tokens `ids` at positions pos0.. is bracketed by step_begin/step_end.
@@ -104,5 +120,9 @@ struct lmx_backend {
  * kernels read (F32, F16, BF16) and the [rows, cols] view (shape[0] by the
  * product of the rest; a vector is one row) fits int. */
 lmx_status lmx_backend_weight_view(const lmx_st_tensor *t, int *rows, int *cols, lmx_error *err);
+
+/* The slice a weight() call asks for (s NULL: the whole [rows, cols]
+ * view), checked to lie within the view. */
+lmx_status lmx_backend_slice(const lmx_st_tensor *t, const lmx_slice *s, lmx_slice *out, lmx_error *err);
 
 #endif

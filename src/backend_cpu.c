@@ -1,6 +1,7 @@
 #include "backend_cpu.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -21,12 +22,23 @@ struct lmx_tensor {
     void *qbuf;       /* quantized weights: the one allocation behind w */
 };
 
+/* Ranks of one tensor-parallel model on this CPU (shard.h): their
+ * all-reduce meets at a barrier. */
+typedef struct cpu_group {
+    int n_ranks, alive; /* alive: backends not yet destroyed */
+    pthread_mutex_t lock;
+    pthread_barrier_t barrier;
+    float **parts; /* each rank's tensor in the all-reduce under way */
+} cpu_group;
+
 typedef struct cpu_backend {
     lmx_backend base;
     lmx_pool *pool;
     const lmx_cpu_kernels *k;
     lmx_cpu_mm *mm;
     int quant; /* 0, 8 or 4 */
+    cpu_group *group; /* NULL: a lone backend */
+    int rank;
 } cpu_backend;
 
 static cpu_backend *cpu(lmx_backend *be) { return (cpu_backend *)be; }
@@ -86,10 +98,21 @@ static int quantize(cpu_backend *b, lmx_tensor *w)
     return 0;
 }
 
-static lmx_tensor *cpu_weight(lmx_backend *be, const lmx_st_tensor *t, lmx_error *err)
+/* A column slice, copied out of the mapping row by row. */
+static void *copy_columns(const lmx_st_tensor *t, const lmx_slice *s, int cols)
+{
+    size_t es = lmx_dtype_size(t->dtype), row = (size_t)s->cols * es;
+    char *buf = malloc(row * (size_t)s->rows + 1);
+    for (int i = 0; buf && i < s->rows; i++)
+        memcpy(buf + (size_t)i * row, (const char *)t->data + ((size_t)(s->row0 + i) * cols + s->col0) * es, row);
+    return buf;
+}
+
+static lmx_tensor *cpu_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice *slice, lmx_error *err)
 {
     int rows, cols;
-    if (lmx_backend_weight_view(t, &rows, &cols, err))
+    lmx_slice s;
+    if (lmx_backend_weight_view(t, &rows, &cols, err) || lmx_backend_slice(t, slice, &s, err))
         return NULL;
     if ((uintptr_t)t->data % lmx_dtype_size(t->dtype)) { /* read in place: elements must be aligned */
         lmx_fail(err, LMX_ERR_UNSUPPORTED, "%s: tensor '%s' is not aligned to its %zu-byte elements",
@@ -97,15 +120,23 @@ static lmx_tensor *cpu_weight(lmx_backend *be, const lmx_st_tensor *t, lmx_error
         return NULL;
     }
     lmx_tensor *w = calloc(1, sizeof *w);
-    if (!w) {
+    int whole_rows = s.col0 == 0 && s.cols == cols;
+    void *data = whole_rows ? (char *)t->data + (size_t)s.row0 * cols * lmx_dtype_size(t->dtype)
+                            : copy_columns(t, &s, cols);
+    if (!w || !data) {
+        free(w);
+        if (!whole_rows)
+            free(data);
         lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    *w = (lmx_tensor){rows, cols, t->dtype, (void *)t->data, 0, {0}, NULL};
+    *w = (lmx_tensor){s.rows, s.cols, t->dtype, data, !whole_rows, {0}, NULL};
     lmx_wkind kind = t->dtype == LMX_DT_BF16 ? LMX_WK_BF16 : t->dtype == LMX_DT_F16 ? LMX_WK_F16 : LMX_WK_F32;
-    w->w = (lmx_cpu_weight){kind, rows, cols, t->data, NULL, NULL, 0};
+    w->w = (lmx_cpu_weight){kind, s.rows, s.cols, data, NULL, NULL, 0};
     cpu_backend *b = cpu(be);
-    if (lmx_cpu_mm_reserve(b->mm, cols) || (b->quant && t->ndim >= 2 && quantize(b, w))) {
+    if (lmx_cpu_mm_reserve(b->mm, s.cols) || (b->quant && t->ndim >= 2 && quantize(b, w))) {
+        if (w->owned)
+            free(w->data);
         free(w);
         lmx_fail(err, LMX_ERR_NOMEM, "%s: out of memory for tensor '%s'", t->file, t->name);
         return NULL;
@@ -140,12 +171,17 @@ static void cpu_free(lmx_backend *be, lmx_tensor *t)
 /* Ops ------------------------------------------------------------------- */
 
 static void cpu_embed(lmx_backend *be, lmx_tensor *out, const lmx_tensor *table, const int32_t *ids,
-                      int n_rows, float scale)
+                      int n_rows, float scale, int first_id)
 {
     const lmx_cpu_kernels *k = cpu(be)->k;
     for (int i = 0; i < n_rows; i++) {
         float *dst = f32(out) + (size_t)i * out->cols;
-        k->decode(&table->w, ids[i], dst);
+        int row = ids[i] - first_id;
+        if (row < 0 || row >= table->rows) {
+            memset(dst, 0, (size_t)out->cols * sizeof *dst);
+            continue;
+        }
+        k->decode(&table->w, row, dst);
         k->scale(dst, scale, out->cols);
     }
 }
@@ -388,9 +424,46 @@ static void cpu_copy_rows(lmx_backend *be, lmx_tensor *dst, int dst_row, const l
            (size_t)n_rows * src->cols * sizeof(float));
 }
 
-static void cpu_read(lmx_backend *be, float *dst, const lmx_tensor *src, int row0, int n_rows)
+static void cpu_read(lmx_backend *be, float *dst, size_t dst_stride, const lmx_tensor *src, int row0,
+                     int n_rows)
 {
-    memcpy(dst, f32(src) + (size_t)row0 * src->cols, (size_t)n_rows * src->cols * sizeof(float));
+    for (int i = 0; i < n_rows; i++)
+        memcpy(dst + (size_t)i * dst_stride, f32(src) + (size_t)(row0 + i) * src->cols,
+               (size_t)src->cols * sizeof(float));
+}
+
+/* Every rank sums its share of the elements over the ranks, in rank order,
+ * into rank 0's tensor; the others then copy the result. */
+static void cpu_all_reduce(lmx_backend *be, lmx_tensor *x, int n_rows)
+{
+    cpu_group *g = cpu(be)->group;
+    int r = cpu(be)->rank, n = g->n_ranks;
+    size_t len = (size_t)n_rows * x->cols, i0 = len * r / n, i1 = len * (r + 1) / n;
+    g->parts[r] = f32(x);
+    pthread_barrier_wait(&g->barrier);
+    for (size_t i = i0; i < i1; i++) {
+        float sum = g->parts[0][i];
+        for (int k = 1; k < n; k++)
+            sum += g->parts[k][i];
+        g->parts[0][i] = sum;
+    }
+    pthread_barrier_wait(&g->barrier);
+    if (r)
+        memcpy(f32(x), g->parts[0], len * sizeof(float));
+    pthread_barrier_wait(&g->barrier); /* rank 0's tensor stays put until all have copied */
+}
+
+static void group_leave(cpu_group *g)
+{
+    pthread_mutex_lock(&g->lock);
+    int last = --g->alive == 0;
+    pthread_mutex_unlock(&g->lock);
+    if (!last)
+        return;
+    pthread_barrier_destroy(&g->barrier);
+    pthread_mutex_destroy(&g->lock);
+    free(g->parts);
+    free(g);
 }
 
 static void cpu_destroy(lmx_backend *be)
@@ -399,6 +472,8 @@ static void cpu_destroy(lmx_backend *be)
         return;
     lmx_cpu_mm_free(cpu(be)->mm);
     lmx_pool_free(pool_of(be));
+    if (cpu(be)->group)
+        group_leave(cpu(be)->group);
     free(be);
 }
 
@@ -419,6 +494,7 @@ static const lmx_backend_ops cpu_ops = {
     .softcap = cpu_softcap,
     .copy_rows = cpu_copy_rows,
     .read = cpu_read,
+    .all_reduce = cpu_all_reduce,
 };
 
 lmx_backend *lmx_backend_cpu_new(int n_threads, int quant, lmx_error *err)
@@ -445,6 +521,35 @@ lmx_backend *lmx_backend_cpu_new(int n_threads, int quant, lmx_error *err)
         return NULL;
     }
     return &b->base;
+}
+
+lmx_status lmx_backend_cpu_new_group(int n_ranks, int n_threads, int quant, lmx_backend **out, lmx_error *err)
+{
+    cpu_group *g = calloc(1, sizeof *g);
+    float **parts = calloc((size_t)n_ranks, sizeof *parts);
+    if (!g || !parts || pthread_barrier_init(&g->barrier, NULL, (unsigned)n_ranks)) {
+        free(g);
+        free(parts);
+        return lmx_fail(err, LMX_ERR_NOMEM, "cannot set up %d CPU ranks", n_ranks);
+    }
+    pthread_mutex_init(&g->lock, NULL);
+    g->n_ranks = n_ranks;
+    g->parts = parts;
+    for (int r = 0; r < n_ranks; r++) {
+        if (!(out[r] = lmx_backend_cpu_new(n_threads, quant, err))) {
+            while (r--)
+                out[r]->ops->destroy(out[r]);
+            pthread_barrier_destroy(&g->barrier);
+            pthread_mutex_destroy(&g->lock);
+            free(parts);
+            free(g);
+            return err ? err->code : LMX_ERR_NOMEM;
+        }
+        cpu(out[r])->group = g;
+        cpu(out[r])->rank = r;
+        g->alive++;
+    }
+    return LMX_OK;
 }
 
 size_t lmx_backend_cpu_bytes(const lmx_tensor *t)

@@ -12,6 +12,9 @@
  * second time and replayed after that; positions and token ids live in
  * device memory, so the recorded kernels read them at replay. */
 #include <cublas_v2.h>
+#ifdef LMX_HAVE_NCCL
+#include <nccl.h>
+#endif
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -55,7 +58,8 @@ struct rope_table {
 
 struct pending_read {
     float *dst;
-    size_t off, bytes; /* in the pinned staging buffer */
+    size_t stride;          /* floats from one row of dst to the next */
+    size_t off, row, rows;  /* in the pinned staging buffer: rows of row bytes at off */
 };
 
 struct cuda_backend {
@@ -91,6 +95,9 @@ struct cuda_backend {
     size_t part_cap;
 
     int simt_attn; /* LMX_CUDA_ATTN=simt: prefill attention without tensor cores */
+#ifdef LMX_HAVE_NCCL
+    ncclComm_t comm; /* tensor parallelism: this rank's communicator (NULL: alone) */
+#endif
     rope_table ropes[MAX_ROPES];
     int n_ropes;
 };
@@ -233,14 +240,17 @@ __device__ __forceinline__ float warp_sum(float v)
     return v;
 }
 
-__global__ void k_embed(float *out, const void *table, int dt, const int *ids, int cols, float scale)
+/* Rows of ids outside [first_id, first_id + rows) are zero. */
+__global__ void k_embed(float *out, const void *table, int dt, int rows, const int *ids, int first_id, int cols,
+                        float scale)
 {
     pdl_wait();
     pdl_trigger();
-    int i = blockIdx.y;
-    size_t row = (size_t)ids[i] * cols;
+    int i = blockIdx.y, id = ids[i] - first_id;
+    bool mine = id >= 0 && id < rows;
+    size_t row = mine ? (size_t)id * cols : 0;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
-        out[(size_t)i * cols + c] = load_w(table, dt, row + c) * scale;
+        out[(size_t)i * cols + c] = mine ? load_w(table, dt, row + c) * scale : 0.0f;
 }
 
 /* The sum of v over the block (blockDim.x a multiple of 32); red holds 32
@@ -979,28 +989,33 @@ unsigned blocks_for(size_t n, int threads)
 /* Tensors ------------------------------------------------------------------ */
 
 
-lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, lmx_error *err)
+lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice *slice, lmx_error *err)
 {
     cuda_backend *b = cu(be);
     int rows, cols;
-    if (lmx_backend_weight_view(t, &rows, &cols, err))
+    lmx_slice s;
+    if (lmx_backend_weight_view(t, &rows, &cols, err) || lmx_backend_slice(t, slice, &s, err))
         return NULL;
     lmx_tensor *w = (lmx_tensor *)calloc(1, sizeof *w);
     if (!w) {
         lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    *w = lmx_tensor{rows, cols, t->dtype, NULL};
-    cudaError_t e = cudaMalloc(&w->data, t->nbytes ? t->nbytes : 1);
-    if (e == cudaSuccess) /* on the backend's stream: ordered before every kernel */
-        e = cudaMemcpyAsync(w->data, t->data, t->nbytes, cudaMemcpyHostToDevice, b->stream);
+    *w = lmx_tensor{s.rows, s.cols, t->dtype, NULL};
+    size_t es = lmx_dtype_size(t->dtype), row = (size_t)s.cols * es, bytes = row * (size_t)s.rows;
+    cudaError_t e = cudaSetDevice(b->device);
+    if (e == cudaSuccess)
+        e = cudaMalloc(&w->data, bytes ? bytes : 1);
+    if (e == cudaSuccess && bytes) /* only the slice is read; on the backend's stream, before every kernel */
+        e = cudaMemcpy2DAsync(w->data, row, (const char *)t->data + ((size_t)s.row0 * cols + s.col0) * es,
+                              (size_t)cols * es, row, (size_t)s.rows, cudaMemcpyHostToDevice, b->stream);
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(b->stream);
     if (e != cudaSuccess) {
         cudaFree(w->data);
         free(w);
         lmx_fail(err, e == cudaErrorMemoryAllocation ? LMX_ERR_NOMEM : LMX_ERR_INTERNAL,
-                 "%s: cannot upload tensor '%s' (%zu bytes) to the GPU: %s", t->file, t->name, t->nbytes,
+                 "%s: cannot upload tensor '%s' (%zu bytes) to GPU %d: %s", t->file, t->name, bytes, b->device,
                  cudaGetErrorString(e));
         return NULL;
     }
@@ -1011,7 +1026,9 @@ lmx_tensor *cuda_alloc(lmx_backend *be, int rows, int cols, lmx_error *err)
 {
     lmx_tensor *t = (lmx_tensor *)calloc(1, sizeof *t);
     size_t bytes = (size_t)rows * (size_t)cols * sizeof(float);
-    cudaError_t e = t ? cudaMalloc(&t->data, bytes ? bytes : 1) : cudaErrorMemoryAllocation;
+    cudaError_t e = t ? cudaSetDevice(cu(be)->device) : cudaErrorMemoryAllocation;
+    if (e == cudaSuccess)
+        e = cudaMalloc(&t->data, bytes ? bytes : 1);
     if (e == cudaSuccess)
         e = cudaMemsetAsync(t->data, 0, bytes, cu(be)->stream);
     if (e != cudaSuccess) {
@@ -1035,6 +1052,7 @@ void cuda_free(lmx_backend *be, lmx_tensor *t)
     pthread_mutex_lock(&cu(be)->lock);
     drop_graphs(cu(be));
     pthread_mutex_unlock(&cu(be)->lock);
+    cudaSetDevice(cu(be)->device);
     cudaFree(t->data);
     free(t);
 }
@@ -1043,13 +1061,13 @@ float *f32(const lmx_tensor *t) { return (float *)t->data; }
 
 /* Ops ---------------------------------------------------------------------- */
 
-enum { OP_EMBED = 1, OP_RMSNORM, OP_MATMUL, OP_QK, OP_ATTN, OP_MLP, OP_RESIDUAL, OP_CAP, OP_COPY, OP_READ };
+enum { OP_EMBED = 1, OP_RMSNORM, OP_MATMUL, OP_QK, OP_ATTN, OP_MLP, OP_RESIDUAL, OP_CAP, OP_COPY, OP_READ, OP_REDUCE };
 
 void cuda_embed(lmx_backend *be, lmx_tensor *out, const lmx_tensor *table, const int32_t *ids, int n_rows,
-                float scale)
+                float scale, int first_id)
 {
     cuda_backend *b = cu(be);
-    if (skip_op(b, OP_EMBED, out, table, NULL, n_rows, (long)(scale * 1e6f)))
+    if (skip_op(b, OP_EMBED, out, table, NULL, n_rows, (long)(scale * 1e6f) + first_id))
         return;
     const int *d_ids = b->d_step + 1;
     if (b->mode == NO_STEP) { /* ids come with the step otherwise */
@@ -1062,7 +1080,8 @@ void cuda_embed(lmx_backend *be, lmx_tensor *out, const lmx_tensor *table, const
             return;
     }
     dim3 grid(blocks_for((size_t)out->cols, 256) < 64 ? blocks_for((size_t)out->cols, 256) : 64, n_rows);
-    launch(b, k_embed, grid, 256, 0, f32(out), table->data, table->dtype, d_ids, out->cols, scale);
+    launch(b, k_embed, grid, 256, 0, f32(out), table->data, (int)table->dtype, table->rows, d_ids, first_id,
+           out->cols, scale);
     launched(b, "embed");
 }
 
@@ -1414,14 +1433,16 @@ void cuda_copy_rows(lmx_backend *be, lmx_tensor *dst, int dst_row, const lmx_ten
 
 /* Inside a graphable step: into pinned staging now, out to dst in step_end.
  * Otherwise straight to dst. */
-void cuda_read(lmx_backend *be, float *dst, const lmx_tensor *src, int row0, int n_rows)
+void cuda_read(lmx_backend *be, float *dst, size_t dst_stride, const lmx_tensor *src, int row0, int n_rows)
 {
     cuda_backend *b = cu(be);
-    size_t bytes = (size_t)n_rows * src->cols * sizeof(float);
+    size_t row = (size_t)src->cols * sizeof(float), bytes = (size_t)n_rows * row;
     const float *from = f32(src) + (size_t)row0 * src->cols;
     bool skip = skip_op(b, OP_READ, src, NULL, NULL, n_rows, row0);
     if (b->mode == NO_STEP || (b->mode == EAGER && !b->cur)) {
-        ok(b, cudaMemcpyAsync(dst, from, bytes, cudaMemcpyDeviceToHost, b->stream), "read");
+        ok(b, cudaMemcpy2DAsync(dst, dst_stride * sizeof(float), from, row, row, (size_t)n_rows,
+                                cudaMemcpyDeviceToHost, b->stream),
+           "read");
         ok(b, cudaStreamSynchronize(b->stream), "read");
         return;
     }
@@ -1452,11 +1473,30 @@ void cuda_read(lmx_backend *be, float *dst, const lmx_tensor *src, int row0, int
         b->reads = nr;
         b->reads_cap = cap;
     }
-    b->reads[b->n_reads++] = pending_read{dst, b->staging_used, bytes};
+    b->reads[b->n_reads++] = pending_read{dst, dst_stride, b->staging_used, row, (size_t)n_rows};
     size_t off = b->staging_used;
     b->staging_used += bytes;
     if (!skip)
         ok(b, cudaMemcpyAsync(b->staging + off, from, bytes, cudaMemcpyDeviceToHost, b->stream), "read");
+}
+
+/* Tensor parallelism: an in-place NCCL all-reduce on the rank's stream
+ * (recorded into the step's graph like any kernel). */
+void cuda_all_reduce(lmx_backend *be, lmx_tensor *x, int n_rows)
+{
+    cuda_backend *b = cu(be);
+    if (skip_op(b, OP_REDUCE, x, NULL, NULL, n_rows, 0))
+        return;
+#ifdef LMX_HAVE_NCCL
+    size_t n = (size_t)n_rows * x->cols;
+    ncclResult_t r = b->comm ? ncclAllReduce(x->data, x->data, n, ncclFloat, ncclSum, b->comm, b->stream)
+                             : ncclInvalidUsage;
+    if (r != ncclSuccess)
+        fail(b, LMX_ERR_INTERNAL, "nccl: all-reduce of %zu floats on GPU %d: %s", n, b->device,
+             b->comm ? ncclGetErrorString(r) : "no communicator");
+#else
+    fail(b, LMX_ERR_UNSUPPORTED, "cuda: all-reduce: this lmx was built without NCCL");
+#endif
 }
 
 /* Steps -------------------------------------------------------------------- */
@@ -1530,8 +1570,11 @@ lmx_status cuda_step_end(lmx_backend *be, lmx_error *err)
         ok(b, cudaGraphLaunch(g->exec, b->stream), "graph launch");
     ok(b, cudaStreamSynchronize(b->stream), "step");
     if (!b->status)
-        for (int i = 0; i < b->n_reads; i++)
-            memcpy(b->reads[i].dst, b->staging + b->reads[i].off, b->reads[i].bytes);
+        for (int i = 0; i < b->n_reads; i++) {
+            const pending_read *r = &b->reads[i];
+            for (size_t k = 0; k < r->rows; k++)
+                memcpy(r->dst + k * r->stride, b->staging + r->off + k * r->row, r->row);
+        }
     if (g && !b->status)
         g->seen++;
     if (g && b->status && g->exec) { /* never replay a recording that failed */
@@ -1555,7 +1598,12 @@ void cuda_destroy(lmx_backend *be)
     cuda_backend *b = cu(be);
     if (!b)
         return;
+    cudaSetDevice(b->device);
     drop_graphs(b);
+#ifdef LMX_HAVE_NCCL
+    if (b->comm)
+        ncclCommDestroy(b->comm);
+#endif
     for (int i = 0; i < b->n_ropes; i++)
         cudaFree(b->ropes[i].inv);
     cudaFree(b->xbf);
@@ -1576,7 +1624,7 @@ const lmx_backend_ops cuda_ops = {
     "cuda",           cuda_destroy,       cuda_weight,    cuda_alloc,      cuda_free,
     cuda_embed,       cuda_rmsnorm,       cuda_matmul,    cuda_matmul_multi, cuda_qk_prepare,
     cuda_attention,   cuda_gated_mlp,     cuda_residual_norm, cuda_softcap, cuda_copy_rows,
-    cuda_read,        cuda_step_begin,    cuda_step_end,
+    cuda_read,        cuda_all_reduce,    cuda_step_begin,    cuda_step_end,
     512, /* prefill rows: enough for the tensor cores, activations stay small */
 };
 
@@ -1633,4 +1681,38 @@ extern "C" lmx_backend *lmx_backend_cuda_new(int device, lmx_error *err)
         return NULL;
     }
     return &b->base;
+}
+
+extern "C" lmx_status lmx_backend_cuda_new_group(int n_ranks, lmx_backend **out, lmx_error *err)
+{
+#ifdef LMX_HAVE_NCCL
+    int n = 0;
+    if (!have_driver() || cudaGetDeviceCount(&n) != cudaSuccess || n < n_ranks)
+        return lmx_fail(err, LMX_ERR_UNSUPPORTED, "lmx_load: %d GPUs asked for, %d present", n_ranks, n);
+    for (int r = 0; r < n_ranks; r++)
+        if (!(out[r] = lmx_backend_cuda_new(r, err))) {
+            while (r--)
+                cuda_destroy(out[r]);
+            return err ? err->code : LMX_ERR_UNSUPPORTED;
+        }
+    /* NVLink multicast (NVLS) stays off unless the user asks for it: the
+     * all-reduces here are small, and it can disturb GPUs shared with others */
+    setenv("NCCL_NVLS_ENABLE", "0", 0);
+    ncclComm_t comms[64];
+    int devs[64];
+    for (int r = 0; r < n_ranks; r++)
+        devs[r] = r;
+    ncclResult_t res = n_ranks <= 64 ? ncclCommInitAll(comms, n_ranks, devs) : ncclInvalidArgument;
+    if (res != ncclSuccess) {
+        for (int r = 0; r < n_ranks; r++)
+            cuda_destroy(out[r]);
+        return lmx_fail(err, LMX_ERR_UNSUPPORTED, "lmx_load: NCCL over %d GPUs: %s", n_ranks, ncclGetErrorString(res));
+    }
+    for (int r = 0; r < n_ranks; r++)
+        cu(out[r])->comm = comms[r];
+    return LMX_OK;
+#else
+    (void)out;
+    return lmx_fail(err, LMX_ERR_UNSUPPORTED, "lmx_load: %d GPUs: this lmx was built without NCCL", n_ranks);
+#endif
 }

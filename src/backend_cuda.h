@@ -18,6 +18,9 @@ extern "C" {
 int lmx_backend_cuda_available(void);
 /* A backend on CUDA device `device`; NULL and *err filled on failure. */
 lmx_backend *lmx_backend_cuda_new(int device, lmx_error *err);
+/* Backends on GPUs 0 .. n_ranks - 1 whose all_reduce sums over all of them
+ * (NCCL, one communicator per GPU); fails in a build without NCCL. */
+lmx_status lmx_backend_cuda_new_group(int n_ranks, lmx_backend **out, lmx_error *err);
 #else
 static inline int lmx_backend_cuda_available(void) { return 0; }
 static inline lmx_backend *lmx_backend_cuda_new(int device, lmx_error *err)
@@ -25,6 +28,11 @@ static inline lmx_backend *lmx_backend_cuda_new(int device, lmx_error *err)
     (void)device;
     lmx_fail(err, LMX_ERR_UNSUPPORTED, "lmx_load: device cuda: this lmx was built without CUDA");
     return (lmx_backend *)0;
+}
+static inline lmx_status lmx_backend_cuda_new_group(int n_ranks, lmx_backend **out, lmx_error *err)
+{
+    (void)out;
+    return lmx_fail(err, LMX_ERR_UNSUPPORTED, "lmx_load: %d GPUs: this lmx was built without CUDA", n_ranks);
 }
 #endif
 

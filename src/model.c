@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend_cpu.h"
 #include "backend_cuda.h"
@@ -29,6 +30,7 @@ static const char *const head_names[] = {"lm_head.weight", "language_model.lm_he
 
 typedef struct binder {
     lmx_model *m;
+    lmx_rank *rank; /* binds this rank's share (shard.h) */
     const char *prefix;
     lmx_error *err;
 } binder;
@@ -43,9 +45,11 @@ static void format_shape(char *buf, size_t size, const int64_t *shape, int ndim)
         snprintf(buf + k, size - k, "]");
 }
 
-/* Binds tensor `name` (after the prefix) and checks its shape is
- * [rows, cols] (cols = 0: a vector of rows elements). */
-static lmx_tensor *bind(binder *b, const char *name, int64_t rows, int64_t cols, const char *why)
+/* Binds tensor `name` (after the prefix), or the slice s of it (NULL:
+ * whole), after checking its shape is [rows, cols] (cols = 0: a vector of
+ * rows elements). */
+static lmx_tensor *bind(binder *b, const char *name, int64_t rows, int64_t cols, const lmx_slice *s,
+                        const char *why)
 {
     char full[256];
     snprintf(full, sizeof full, "%s%s", b->prefix, name);
@@ -64,8 +68,9 @@ static lmx_tensor *bind(binder *b, const char *name, int64_t rows, int64_t cols,
                  t->file, full, have, need, why);
         return NULL;
     }
-    lmx_tensor *w = b->m->be->ops->weight(b->m->be, t, b->err);
-    if (w) {
+    lmx_backend *be = b->rank->be;
+    lmx_tensor *w = be->ops->weight(be, t, b->m->n_ranks > 1 ? s : NULL, b->err);
+    if (w && b->rank == b->m->ranks) { /* the checkpoint's bytes, counted once */
         b->m->weight_bytes += t->nbytes;
         b->m->n_params += t->nbytes / lmx_dtype_size(t->dtype);
         b->m->dtypes_used |= 1u << t->dtype;
@@ -76,38 +81,44 @@ static lmx_tensor *bind(binder *b, const char *name, int64_t rows, int64_t cols,
 static lmx_status bind_layer(binder *b, int i, const family_names *fn, lmx_layer_weights *L)
 {
     const lmx_config *c = &b->m->cfg;
-    int64_t D = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
+    const lmx_shard_plan *P = &b->rank->plan;
+    int D = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
     int64_t q = (int64_t)c->n_heads * hd, kv = (int64_t)c->n_kv_heads * hd;
+    /* column-parallel weights by rows, row-parallel ones by columns */
+    lmx_slice q_rows = {P->q_head0 * hd, P->q_heads * hd, 0, D}, kv_rows = {P->kv_head0 * hd, P->kv_heads * hd, 0, D};
+    lmx_slice o_cols = {0, D, P->q_head0 * hd, P->q_heads * hd};
+    lmx_slice mlp_rows = {P->inter0, P->inter, 0, D}, down_cols = {0, D, P->inter0, P->inter};
     char name[128];
-#define BIND(field, suffix, rows, cols, why)                                                       \
+#define BIND(field, suffix, rows, cols, slice, why)                                                \
     do {                                                                                           \
         snprintf(name, sizeof name, "layers.%d.%s.weight", i, suffix);                             \
-        if (!(L->field = bind(b, name, rows, cols, why)))                                          \
+        if (!(L->field = bind(b, name, rows, cols, slice, why)))                                   \
             return b->err ? b->err->code : LMX_ERR_FORMAT;                                         \
     } while (0)
-    BIND(attn_norm, fn->attn_norm, D, 0, "hidden_size");
-    BIND(wq, "self_attn.q_proj", q, D, "num_attention_heads x head_dim, hidden_size");
-    BIND(wk, "self_attn.k_proj", kv, D, "num_key_value_heads x head_dim, hidden_size");
-    BIND(wv, "self_attn.v_proj", kv, D, "num_key_value_heads x head_dim, hidden_size");
-    BIND(wo, "self_attn.o_proj", D, q, "hidden_size, num_attention_heads x head_dim");
-    BIND(q_norm, "self_attn.q_norm", hd, 0, "head_dim");
-    BIND(k_norm, "self_attn.k_norm", hd, 0, "head_dim");
-    BIND(ffn_norm, fn->ffn_norm, D, 0, "hidden_size");
-    BIND(w_gate, "mlp.gate_proj", I, D, "intermediate_size, hidden_size");
-    BIND(w_up, "mlp.up_proj", I, D, "intermediate_size, hidden_size");
-    BIND(w_down, "mlp.down_proj", D, I, "hidden_size, intermediate_size");
+    BIND(attn_norm, fn->attn_norm, D, 0, NULL, "hidden_size");
+    BIND(wq, "self_attn.q_proj", q, D, &q_rows, "num_attention_heads x head_dim, hidden_size");
+    BIND(wk, "self_attn.k_proj", kv, D, &kv_rows, "num_key_value_heads x head_dim, hidden_size");
+    BIND(wv, "self_attn.v_proj", kv, D, &kv_rows, "num_key_value_heads x head_dim, hidden_size");
+    BIND(wo, "self_attn.o_proj", D, q, &o_cols, "hidden_size, num_attention_heads x head_dim");
+    BIND(q_norm, "self_attn.q_norm", hd, 0, NULL, "head_dim");
+    BIND(k_norm, "self_attn.k_norm", hd, 0, NULL, "head_dim");
+    BIND(ffn_norm, fn->ffn_norm, D, 0, NULL, "hidden_size");
+    BIND(w_gate, "mlp.gate_proj", I, D, &mlp_rows, "intermediate_size, hidden_size");
+    BIND(w_up, "mlp.up_proj", I, D, &mlp_rows, "intermediate_size, hidden_size");
+    BIND(w_down, "mlp.down_proj", D, I, &down_cols, "hidden_size, intermediate_size");
     if (fn->post_attn_norm) {
-        BIND(post_attn_norm, fn->post_attn_norm, D, 0, "hidden_size");
-        BIND(post_ffn_norm, fn->post_ffn_norm, D, 0, "hidden_size");
+        BIND(post_attn_norm, fn->post_attn_norm, D, 0, NULL, "hidden_size");
+        BIND(post_ffn_norm, fn->post_ffn_norm, D, 0, NULL, "hidden_size");
     }
 #undef BIND
     return LMX_OK;
 }
 
-static lmx_status bind_weights(lmx_model *m, lmx_error *err)
+static lmx_status bind_weights(lmx_model *m, lmx_rank *rk, lmx_error *err)
 {
     const lmx_config *c = &m->cfg;
-    binder b = {m, NULL, err};
+    binder b = {m, rk, NULL, err};
+    lmx_slice vocab_rows = {rk->plan.vocab0, rk->plan.vocab, 0, c->hidden_size};
     char name[128];
     for (size_t i = 0; i < sizeof text_prefixes / sizeof *text_prefixes && !b.prefix; i++) {
         snprintf(name, sizeof name, "%sembed_tokens.weight", text_prefixes[i]);
@@ -118,54 +129,55 @@ static lmx_status bind_weights(lmx_model *m, lmx_error *err)
         return lmx_fail(err, LMX_ERR_FORMAT,
                         "checkpoint: tensor 'model.embed_tokens.weight' is missing (also looked for "
                         "the multimodal names 'model.language_model.*' and 'language_model.model.*')");
-    if (!(m->embed = bind(&b, "embed_tokens.weight", c->vocab_size, c->hidden_size, "vocab_size, hidden_size")) ||
-        !(m->final_norm = bind(&b, "norm.weight", c->hidden_size, 0, "hidden_size")))
+    if (!(rk->embed = bind(&b, "embed_tokens.weight", c->vocab_size, c->hidden_size, &vocab_rows,
+                           "vocab_size, hidden_size")) ||
+        !(rk->final_norm = bind(&b, "norm.weight", c->hidden_size, 0, NULL, "hidden_size")))
         return err ? err->code : LMX_ERR_FORMAT;
-    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
-    if (!m->layers)
+    rk->layers = calloc((size_t)c->n_layers, sizeof *rk->layers);
+    if (!rk->layers)
         return lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
     const family_names *fn = c->family == LMX_FAMILY_GEMMA3 ? &gemma3_names : &qwen3_names;
     for (int i = 0; i < c->n_layers; i++) {
-        lmx_status st = bind_layer(&b, i, fn, &m->layers[i]);
+        lmx_status st = bind_layer(&b, i, fn, &rk->layers[i]);
         if (st)
             return st;
     }
     if (c->tied_embeddings) {
-        m->lm_head = m->embed;
+        rk->lm_head = rk->embed;
         return LMX_OK;
     }
-    binder top = {m, "", err};
+    binder top = {m, rk, "", err};
     for (size_t i = 0; i < sizeof head_names / sizeof *head_names; i++)
         if (lmx_st_find(m->st, head_names[i]))
-            return (m->lm_head = bind(&top, head_names[i], c->vocab_size, c->hidden_size,
-                                      "vocab_size, hidden_size"))
+            return (rk->lm_head = bind(&top, head_names[i], c->vocab_size, c->hidden_size, &vocab_rows,
+                                       "vocab_size, hidden_size"))
                        ? LMX_OK
                        : (err ? err->code : LMX_ERR_FORMAT);
     return lmx_fail(err, LMX_ERR_FORMAT,
                     "checkpoint: tensor 'lm_head.weight' is missing (tie_word_embeddings is false)");
 }
 
-static void free_weights(lmx_model *m)
+static void free_weights(const lmx_model *m, lmx_rank *rk)
 {
-    const lmx_backend_ops *ops = m->be->ops;
-    if (m->layers)
+    const lmx_backend_ops *ops = rk->be->ops;
+    if (rk->layers)
         for (int i = 0; i < m->cfg.n_layers; i++) {
-            lmx_tensor **t = (lmx_tensor **)&m->layers[i];
-            for (size_t k = 0; k < sizeof m->layers[i] / sizeof *t; k++)
-                ops->free(m->be, t[k]);
+            lmx_tensor **t = (lmx_tensor **)&rk->layers[i];
+            for (size_t k = 0; k < sizeof rk->layers[i] / sizeof *t; k++)
+                ops->free(rk->be, t[k]);
         }
-    free(m->layers);
-    if (m->lm_head != m->embed)
-        ops->free(m->be, m->lm_head);
-    ops->free(m->be, m->embed);
-    ops->free(m->be, m->final_norm);
+    free(rk->layers);
+    if (rk->lm_head != rk->embed)
+        ops->free(rk->be, rk->lm_head);
+    ops->free(rk->be, rk->embed);
+    ops->free(rk->be, rk->final_norm);
 }
 
 /* Public API: loading ------------------------------------------------------ */
 
 lmx_load_options lmx_load_defaults(void)
 {
-    return (lmx_load_options){.n_threads = 0, .n_ctx = 0, .quant = 0, .device = LMX_DEVICE_AUTO};
+    return (lmx_load_options){.n_threads = 0, .n_ctx = 0, .quant = 0, .device = LMX_DEVICE_AUTO, .n_gpus = 0};
 }
 
 /* The tokenizer is optional: logits need none, text generation does. */
@@ -179,34 +191,61 @@ static lmx_status load_tokenizer(lmx_model *m, const char *dir, lmx_error *err)
     return present ? lmx_tokenizer_load(dir, &m->tok, err) : LMX_OK;
 }
 
-/* The backend o->device asks for (lmx.h: LMX_DEVICE_*). Quantized weights
- * are CPU-only for now, so AUTO with quant picks the CPU. */
-static lmx_backend *new_backend(const lmx_load_options *o, lmx_error *err)
+/* The backends o->device asks for (lmx.h: LMX_DEVICE_*), one per rank.
+ * Quantized weights are CPU-only for now, so AUTO with quant picks the CPU. */
+static lmx_status new_backends(const lmx_load_options *o, int n_ranks, lmx_backend **out, lmx_error *err)
 {
     int dev = o->device;
     if (dev == LMX_DEVICE_AUTO) {
         const char *env = getenv("LMX_DEVICE");
-        if (env && *env && strcmp(env, "cpu") && strcmp(env, "cuda")) {
-            lmx_fail(err, LMX_ERR_ARG, "LMX_DEVICE = '%s'; want cpu or cuda", env);
-            return NULL;
-        }
+        if (env && *env && strcmp(env, "cpu") && strcmp(env, "cuda"))
+            return lmx_fail(err, LMX_ERR_ARG, "LMX_DEVICE = '%s'; want cpu or cuda", env);
         if (env && *env)
             dev = strcmp(env, "cuda") ? LMX_DEVICE_CPU : LMX_DEVICE_CUDA;
         else
             dev = !o->quant && lmx_backend_cuda_available() ? LMX_DEVICE_CUDA : LMX_DEVICE_CPU;
     }
-    if (dev == LMX_DEVICE_CPU)
-        return lmx_backend_cpu_new(o->n_threads, o->quant, err);
-    if (dev != LMX_DEVICE_CUDA) {
-        lmx_fail(err, LMX_ERR_ARG, "lmx_load: device = %d; want LMX_DEVICE_AUTO, _CPU or _CUDA", dev);
-        return NULL;
+    if (dev == LMX_DEVICE_CPU && n_ranks == 1)
+        return (out[0] = lmx_backend_cpu_new(o->n_threads, o->quant, err)) ? LMX_OK : err ? err->code : LMX_ERR_NOMEM;
+    if (dev == LMX_DEVICE_CPU) { /* ranks share the cores */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int threads = (o->n_threads ? o->n_threads : cores > 0 ? (int)cores : 1) / n_ranks;
+        return lmx_backend_cpu_new_group(n_ranks, threads > 0 ? threads : 1, o->quant, out, err);
     }
-    if (o->quant) {
-        lmx_fail(err, LMX_ERR_UNSUPPORTED, "lmx_load: quant = %d is CPU-only; the CUDA backend runs "
-                 "weights as stored", o->quant);
-        return NULL;
+    if (dev != LMX_DEVICE_CUDA)
+        return lmx_fail(err, LMX_ERR_ARG, "lmx_load: device = %d; want LMX_DEVICE_AUTO, _CPU or _CUDA", dev);
+    if (o->quant)
+        return lmx_fail(err, LMX_ERR_UNSUPPORTED, "lmx_load: quant = %d is CPU-only; the CUDA backend runs "
+                        "weights as stored", o->quant);
+    if (n_ranks == 1)
+        return (out[0] = lmx_backend_cuda_new(0, err)) ? LMX_OK : err ? err->code : LMX_ERR_UNSUPPORTED;
+    return lmx_backend_cuda_new_group(n_ranks, out, err);
+}
+
+/* The ranks: their plans, backends and weights; a thread each when several. */
+static lmx_status load_ranks(lmx_model *m, int n_ranks, lmx_error *err)
+{
+    lmx_backend *bes[LMX_MAX_RANKS] = {0};
+    if (!(m->ranks = calloc((size_t)n_ranks, sizeof *m->ranks)))
+        return lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
+    for (int r = 0; r < n_ranks; r++) {
+        lmx_status st = lmx_shard_plan_make(&m->cfg, r, n_ranks, &m->ranks[r].plan, err);
+        if (st)
+            return st;
     }
-    return lmx_backend_cuda_new(0, err);
+    lmx_status st = new_backends(&m->opts, n_ranks, bes, err);
+    if (st)
+        return st;
+    m->n_ranks = n_ranks; /* from here lmx_close destroys the backends */
+    for (int r = 0; r < n_ranks; r++)
+        m->ranks[r].be = bes[r];
+    m->be = bes[0];
+    for (int r = 0; r < n_ranks; r++)
+        if ((st = bind_weights(m, &m->ranks[r], err)))
+            return st;
+    if (n_ranks > 1 && !(m->crew = lmx_pool_new(n_ranks)))
+        return lmx_fail(err, LMX_ERR_NOMEM, "cannot start %d rank threads", n_ranks);
+    return LMX_OK;
 }
 
 lmx_model *lmx_load(const char *dir, const lmx_load_options *opts, lmx_error *err)
@@ -218,6 +257,10 @@ lmx_model *lmx_load(const char *dir, const lmx_load_options *opts, lmx_error *er
     lmx_load_options o = opts ? *opts : lmx_load_defaults();
     if (o.n_threads < 0 || o.n_threads > 1024 || o.n_ctx < 0) {
         lmx_fail(err, LMX_ERR_ARG, "lmx_load: n_threads must be in [0, 1024] and n_ctx >= 0");
+        return NULL;
+    }
+    if (o.n_gpus < 0 || o.n_gpus > LMX_MAX_RANKS) {
+        lmx_fail(err, LMX_ERR_ARG, "lmx_load: n_gpus = %d; want 0 to %d", o.n_gpus, LMX_MAX_RANKS);
         return NULL;
     }
     lmx_model *m = calloc(1, sizeof *m);
@@ -232,7 +275,7 @@ lmx_model *lmx_load(const char *dir, const lmx_load_options *opts, lmx_error *er
     if (o.n_ctx == 0)
         o.n_ctx = m->cfg.max_position < 4096 ? m->cfg.max_position : 4096;
     m->opts = o;
-    if (lmx_st_open_dir(dir, &m->st, err) || !(m->be = new_backend(&o, err)) || bind_weights(m, err) ||
+    if (lmx_st_open_dir(dir, &m->st, err) || load_ranks(m, o.n_gpus > 1 ? o.n_gpus : 1, err) ||
         load_tokenizer(m, dir, err)) {
         lmx_close(m);
         return NULL;
@@ -244,10 +287,12 @@ void lmx_close(lmx_model *m)
 {
     if (!m)
         return;
-    if (m->be) {
-        free_weights(m);
-        m->be->ops->destroy(m->be);
+    lmx_pool_free(m->crew);
+    for (int r = 0; r < m->n_ranks; r++) {
+        free_weights(m, &m->ranks[r]);
+        m->ranks[r].be->ops->destroy(m->ranks[r].be);
     }
+    free(m->ranks);
     lmx_tokenizer_free(m->tok);
     lmx_st_close(m->st);
     lmx_config_free(&m->cfg);
@@ -308,6 +353,9 @@ char *lmx_model_describe(const lmx_model *m)
     put(&t, "softcapping:       attention %g, final %g (0 = none)\n", (double)c->attn_softcap,
         (double)c->final_softcap);
     put(&t, "output head:       %s\n", c->tied_embeddings ? "tied to the embeddings" : "lm_head");
+    if (m->n_ranks > 1)
+        put(&t, "tensor parallel:   %d ranks on %s, %d query and %d key/value heads each\n", m->n_ranks,
+            m->be->ops->name, m->ranks[0].plan.q_heads, m->ranks[0].plan.kv_heads);
     put(&t, "eos ids:          ");
     for (int i = 0; i < c->n_eos; i++)
         put(&t, " %d", (int)c->eos_ids[i]);
@@ -348,110 +396,177 @@ int lmx_model_cache_slots(const lmx_model *m, int layer, int n_ctx, int max_rows
 
 enum { LOGITS_ROWS = 16 };
 
-lmx_status lmx_forward_state_init(lmx_model *m, lmx_forward_state *fs, int n_ctx, int max_rows,
-                                  lmx_error *err)
+static lmx_status rank_state_init(const lmx_model *m, const lmx_rank *rk, lmx_rank_state *rs, int n_ctx,
+                                  int max_rows, lmx_error *err)
 {
     const lmx_config *c = &m->cfg;
-    lmx_backend *be = m->be;
-    memset(fs, 0, sizeof *fs);
-    fs->max_rows = max_rows;
-    fs->logits_rows = LOGITS_ROWS;
-    int q = c->n_heads * c->head_dim, kv = c->n_kv_heads * c->head_dim;
-    fs->k_cache = calloc((size_t)c->n_layers, sizeof *fs->k_cache);
-    fs->v_cache = calloc((size_t)c->n_layers, sizeof *fs->v_cache);
-    if (!fs->k_cache || !fs->v_cache)
+    lmx_backend *be = rk->be;
+    const lmx_shard_plan *P = &rk->plan;
+    int q = P->q_heads * c->head_dim, kv = P->kv_heads * c->head_dim;
+    rs->k_cache = calloc((size_t)c->n_layers, sizeof *rs->k_cache);
+    rs->v_cache = calloc((size_t)c->n_layers, sizeof *rs->v_cache);
+    if (!rs->k_cache || !rs->v_cache)
         return lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
     for (int i = 0; i < c->n_layers; i++) {
         int slots = lmx_model_cache_slots(m, i, n_ctx, max_rows);
-        if (!(fs->k_cache[i] = be->ops->alloc(be, slots, kv, err)) ||
-            !(fs->v_cache[i] = be->ops->alloc(be, slots, kv, err)))
+        if (!(rs->k_cache[i] = be->ops->alloc(be, slots, kv, err)) ||
+            !(rs->v_cache[i] = be->ops->alloc(be, slots, kv, err)))
             return err ? err->code : LMX_ERR_NOMEM;
     }
-    lmx_tensor **t[] = {&fs->x, &fs->h, &fs->o, &fs->q, &fs->att, &fs->k, &fs->v, &fs->gate, &fs->up};
-    int cols[] = {c->hidden_size, c->hidden_size, c->hidden_size, q, q, kv, kv,
-                  c->intermediate_size, c->intermediate_size};
+    lmx_tensor **t[] = {&rs->x, &rs->h, &rs->o, &rs->q, &rs->att, &rs->k, &rs->v, &rs->gate, &rs->up};
+    int cols[] = {c->hidden_size, c->hidden_size, c->hidden_size, q, q, kv, kv, P->inter, P->inter};
     for (size_t i = 0; i < sizeof t / sizeof *t; i++)
         if (!(*t[i] = be->ops->alloc(be, max_rows, cols[i], err)))
             return err ? err->code : LMX_ERR_NOMEM;
-    if (!(fs->rows_out = be->ops->alloc(be, LOGITS_ROWS, c->hidden_size, err)) ||
-        !(fs->logits = be->ops->alloc(be, LOGITS_ROWS, c->vocab_size, err)))
+    if (!(rs->rows_out = be->ops->alloc(be, LOGITS_ROWS, c->hidden_size, err)) ||
+        !(rs->logits = be->ops->alloc(be, LOGITS_ROWS, P->vocab, err)))
         return err ? err->code : LMX_ERR_NOMEM;
+    return LMX_OK;
+}
+
+lmx_status lmx_forward_state_init(lmx_model *m, lmx_forward_state *fs, int n_ctx, int max_rows,
+                                  lmx_error *err)
+{
+    memset(fs, 0, sizeof *fs);
+    fs->max_rows = max_rows;
+    fs->logits_rows = LOGITS_ROWS;
+    if (!(fs->ranks = calloc((size_t)m->n_ranks, sizeof *fs->ranks)))
+        return lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
+    for (int r = 0; r < m->n_ranks; r++) {
+        lmx_status st = rank_state_init(m, &m->ranks[r], &fs->ranks[r], n_ctx, max_rows, err);
+        if (st)
+            return st;
+    }
     return LMX_OK;
 }
 
 void lmx_forward_state_free(lmx_model *m, lmx_forward_state *fs)
 {
-    lmx_backend *be = m->be;
-    for (int i = 0; i < m->cfg.n_layers; i++) {
-        if (fs->k_cache)
-            be->ops->free(be, fs->k_cache[i]);
-        if (fs->v_cache)
-            be->ops->free(be, fs->v_cache[i]);
+    for (int r = 0; fs->ranks && r < m->n_ranks; r++) {
+        lmx_backend *be = m->ranks[r].be;
+        lmx_rank_state *rs = &fs->ranks[r];
+        for (int i = 0; i < m->cfg.n_layers; i++) {
+            if (rs->k_cache)
+                be->ops->free(be, rs->k_cache[i]);
+            if (rs->v_cache)
+                be->ops->free(be, rs->v_cache[i]);
+        }
+        free(rs->k_cache);
+        free(rs->v_cache);
+        lmx_tensor *t[] = {rs->x, rs->h, rs->q, rs->k, rs->v, rs->att, rs->o, rs->gate, rs->up,
+                           rs->rows_out, rs->logits};
+        for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+            be->ops->free(be, t[i]);
     }
-    free(fs->k_cache);
-    free(fs->v_cache);
-    lmx_tensor *t[] = {fs->x, fs->h, fs->q, fs->k, fs->v, fs->att, fs->o, fs->gate, fs->up,
-                       fs->rows_out, fs->logits};
-    for (size_t i = 0; i < sizeof t / sizeof *t; i++)
-        be->ops->free(be, t[i]);
+    free(fs->ranks);
     memset(fs, 0, sizeof *fs);
 }
 
-/* Final norm is done; turns rows [row0, row0 + n) of fs->h into logits. */
-static void emit_logits(lmx_model *m, lmx_forward_state *fs, int row0, int n, float *dst)
+/* Final norm is done; turns rows [row0, row0 + n) of h into logits: this
+ * rank's share of the vocabulary, into its columns of dst. */
+static void emit_logits(const lmx_model *m, const lmx_rank *rk, lmx_rank_state *rs, int logits_rows, int row0,
+                        int n, float *dst)
 {
-    lmx_backend *be = m->be;
+    lmx_backend *be = rk->be;
     const lmx_backend_ops *ops = be->ops;
-    for (int r = 0; r < n; r += fs->logits_rows) {
-        int k = n - r < fs->logits_rows ? n - r : fs->logits_rows;
-        ops->copy_rows(be, fs->rows_out, 0, fs->h, row0 + r, k);
-        ops->matmul(be, fs->logits, fs->rows_out, m->lm_head, k);
+    size_t V = (size_t)m->cfg.vocab_size;
+    for (int r = 0; r < n; r += logits_rows) {
+        int k = n - r < logits_rows ? n - r : logits_rows;
+        ops->copy_rows(be, rs->rows_out, 0, rs->h, row0 + r, k);
+        ops->matmul(be, rs->logits, rs->rows_out, rk->lm_head, k);
         if (m->cfg.final_softcap > 0)
-            ops->softcap(be, fs->logits, k, m->cfg.final_softcap);
-        ops->read(be, dst + (size_t)r * m->cfg.vocab_size, fs->logits, 0, k);
+            ops->softcap(be, rs->logits, k, m->cfg.final_softcap);
+        ops->read(be, dst + (size_t)r * V + rk->plan.vocab0, V, rs->logits, 0, k);
     }
+}
+
+/* One forward step on one rank: every rank calls the same ops in the same
+ * order, all-reducing the partial sums of attention and MLP. */
+static lmx_status forward_rank(const lmx_model *m, const lmx_rank *rk, lmx_rank_state *rs, int logits_rows,
+                               const int32_t *ids, int n, int pos0, float *logits, int all_positions,
+                               lmx_error *err)
+{
+    const lmx_config *c = &m->cfg;
+    lmx_backend *be = rk->be;
+    const lmx_backend_ops *ops = be->ops;
+    float eps = c->rms_eps;
+    int p1 = c->norm_plus_one, split = m->n_ranks > 1;
+    if (ops->step_begin)
+        ops->step_begin(be, rs, logits ? 1 + (all_positions != 0) : 0, ids, n, pos0);
+    ops->embed(be, rs->x, rk->embed, ids, n, c->embed_scale, rk->plan.vocab0);
+    if (split)
+        ops->all_reduce(be, rs->x, n);
+    ops->rmsnorm(be, rs->h, rs->x, rk->layers[0].attn_norm, n, eps, p1);
+    for (int i = 0; i < c->n_layers; i++) {
+        const lmx_layer_weights *L = &rk->layers[i];
+        const lmx_layer_config *lc = &c->layers[i];
+        /* h = attn_norm(x) here */
+        lmx_tensor *qkv[] = {rs->q, rs->k, rs->v};
+        const lmx_tensor *w_qkv[] = {L->wq, L->wk, L->wv};
+        ops->matmul_multi(be, 3, qkv, rs->h, w_qkv, n);
+        ops->qk_prepare(be, rs->q, rs->k, rs->v, L->q_norm, L->k_norm, rs->k_cache[i], rs->v_cache[i], n,
+                        c->head_dim, pos0, lc->rope, eps, p1);
+        lmx_attn_params ap = {n, pos0, rk->plan.q_heads, rk->plan.kv_heads, c->head_dim, lc->window,
+                              c->attn_scale, c->attn_softcap};
+        ops->attention(be, rs->att, rs->q, rs->k_cache[i], rs->v_cache[i], &ap);
+        ops->matmul(be, rs->o, rs->att, L->wo, n);
+        if (split)
+            ops->all_reduce(be, rs->o, n);
+        ops->residual_norm(be, rs->x, rs->h, rs->o, L->post_attn_norm, L->ffn_norm, n, eps, p1);
+
+        ops->gated_mlp(be, rs->gate, rs->up, rs->h, L->w_gate, L->w_up, n, c->act);
+        ops->matmul(be, rs->o, rs->gate, L->w_down, n);
+        if (split)
+            ops->all_reduce(be, rs->o, n);
+        const lmx_tensor *next = i + 1 < c->n_layers ? rk->layers[i + 1].attn_norm : rk->final_norm;
+        ops->residual_norm(be, rs->x, rs->h, rs->o, L->post_ffn_norm, next, n, eps, p1);
+    }
+    /* h = final_norm(x) */
+    if (logits) {
+        if (all_positions)
+            emit_logits(m, rk, rs, logits_rows, 0, n, logits);
+        else
+            emit_logits(m, rk, rs, logits_rows, n - 1, 1, logits);
+    }
+    return ops->step_end ? ops->step_end(be, err) : LMX_OK;
+}
+
+typedef struct rank_job {
+    const lmx_model *m;
+    lmx_forward_state *fs;
+    const int32_t *ids;
+    int n, pos0, all_positions;
+    float *logits;
+    lmx_status status[LMX_MAX_RANKS];
+    lmx_error errs[LMX_MAX_RANKS];
+} rank_job;
+
+static void rank_task(void *ctx, int r, int worker)
+{
+    rank_job *j = ctx;
+    j->status[r] = forward_rank(j->m, &j->m->ranks[r], &j->fs->ranks[r], j->fs->logits_rows, j->ids, j->n,
+                                j->pos0, j->logits, j->all_positions, &j->errs[r]);
 }
 
 lmx_status lmx_model_forward(lmx_model *m, lmx_forward_state *fs, const int32_t *ids, int n, int pos0,
                              float *logits, int all_positions, lmx_error *err)
 {
-    const lmx_config *c = &m->cfg;
-    lmx_backend *be = m->be;
-    const lmx_backend_ops *ops = be->ops;
     if (n <= 0 || n > fs->max_rows)
         return lmx_fail(err, LMX_ERR_INTERNAL, "forward: %d rows do not fit a chunk of %d", n, fs->max_rows);
-    float eps = c->rms_eps;
-    int p1 = c->norm_plus_one;
-    if (ops->step_begin)
-        ops->step_begin(be, fs, logits ? 1 + (all_positions != 0) : 0, ids, n, pos0);
-    ops->embed(be, fs->x, m->embed, ids, n, c->embed_scale);
-    ops->rmsnorm(be, fs->h, fs->x, m->layers[0].attn_norm, n, eps, p1);
-    for (int i = 0; i < c->n_layers; i++) {
-        const lmx_layer_weights *L = &m->layers[i];
-        const lmx_layer_config *lc = &c->layers[i];
-        /* h = attn_norm(x) here */
-        lmx_tensor *qkv[] = {fs->q, fs->k, fs->v};
-        const lmx_tensor *w_qkv[] = {L->wq, L->wk, L->wv};
-        ops->matmul_multi(be, 3, qkv, fs->h, w_qkv, n);
-        ops->qk_prepare(be, fs->q, fs->k, fs->v, L->q_norm, L->k_norm, fs->k_cache[i], fs->v_cache[i], n,
-                        c->head_dim, pos0, lc->rope, eps, p1);
-        lmx_attn_params ap = {n, pos0, c->n_heads, c->n_kv_heads, c->head_dim, lc->window,
-                              c->attn_scale, c->attn_softcap};
-        ops->attention(be, fs->att, fs->q, fs->k_cache[i], fs->v_cache[i], &ap);
-        ops->matmul(be, fs->o, fs->att, L->wo, n);
-        ops->residual_norm(be, fs->x, fs->h, fs->o, L->post_attn_norm, L->ffn_norm, n, eps, p1);
-
-        ops->gated_mlp(be, fs->gate, fs->up, fs->h, L->w_gate, L->w_up, n, c->act);
-        ops->matmul(be, fs->o, fs->gate, L->w_down, n);
-        const lmx_tensor *next = i + 1 < c->n_layers ? m->layers[i + 1].attn_norm : m->final_norm;
-        ops->residual_norm(be, fs->x, fs->h, fs->o, L->post_ffn_norm, next, n, eps, p1);
-    }
-    /* h = final_norm(x) */
-    if (logits) {
-        if (all_positions)
-            emit_logits(m, fs, 0, n, logits);
-        else
-            emit_logits(m, fs, n - 1, 1, logits);
-    }
-    return ops->step_end ? ops->step_end(be, err) : LMX_OK;
+    if (m->n_ranks == 1)
+        return forward_rank(m, m->ranks, fs->ranks, fs->logits_rows, ids, n, pos0, logits, all_positions, err);
+    /* the crew has exactly one thread per rank: every rank runs at once,
+     * as its all-reduces need */
+    rank_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
+    *j = (rank_job){.m = m, .fs = fs, .ids = ids, .n = n, .pos0 = pos0, .all_positions = all_positions,
+                    .logits = logits};
+    lmx_pool_run(m->crew, m->n_ranks, rank_task, j);
+    lmx_status st = LMX_OK;
+    for (int r = 0; r < m->n_ranks && !st; r++)
+        if ((st = j->status[r]))
+            lmx_fail(err, st, "rank %d: %s", r, j->errs[r].message);
+    free(j);
+    return st;
 }

@@ -7,6 +7,8 @@
 #include "config.h"
 #include "lmx.h"
 #include "safetensors.h"
+#include "shard.h"
+#include "threadpool.h"
 #include "tokenizer.h"
 
 typedef struct lmx_layer_weights {
@@ -16,14 +18,25 @@ typedef struct lmx_layer_weights {
     lmx_tensor *post_ffn_norm;  /* NULL unless the family has sandwich norms */
 } lmx_layer_weights;
 
+enum { LMX_MAX_RANKS = 8 }; /* tensor-parallel ranks (lmx_load_options.n_gpus) */
+
+/* One rank's part of the model (all of it without tensor parallelism). */
+typedef struct lmx_rank {
+    lmx_backend *be;
+    lmx_shard_plan plan;
+    lmx_tensor *embed, *final_norm, *lm_head; /* lm_head == embed when tied */
+    lmx_layer_weights *layers;
+} lmx_rank;
+
 struct lmx_model {
     lmx_config cfg;
     lmx_load_options opts;
     lmx_st_set *st;          /* the mapped checkpoint */
     lmx_tokenizer *tok;      /* NULL when the directory has no tokenizer.json */
-    lmx_backend *be;
-    lmx_tensor *embed, *final_norm, *lm_head; /* lm_head == embed when tied */
-    lmx_layer_weights *layers;
+    lmx_backend *be;         /* rank 0's backend */
+    lmx_rank *ranks;
+    int n_ranks;
+    lmx_pool *crew;          /* n_ranks > 1: one thread per rank */
     size_t weight_bytes;     /* bytes of the tensors the model uses */
     size_t n_params;         /* their elements */
     unsigned dtypes_used;    /* bit i set: some weight is stored as lmx_dtype i */
@@ -31,12 +44,16 @@ struct lmx_model {
 
 /* Per-context state of the forward pass: the KV cache and scratch
  * activations for chunks of up to max_rows tokens. */
-typedef struct lmx_forward_state {
-    int max_rows;
+typedef struct lmx_rank_state {
     lmx_tensor **k_cache, **v_cache; /* per layer; rows = slots */
     lmx_tensor *x, *h, *q, *k, *v, *att, *o, *gate, *up;
-    lmx_tensor *rows_out, *logits;   /* logits_rows rows */
+    lmx_tensor *rows_out, *logits;   /* logits_rows rows of the rank's vocabulary */
+} lmx_rank_state;
+
+typedef struct lmx_forward_state {
+    int max_rows;
     int logits_rows;
+    lmx_rank_state *ranks; /* per rank of the model */
 } lmx_forward_state;
 
 /* Slots a layer's cache needs for a context of n_ctx positions: a sliding

@@ -57,8 +57,8 @@ static both input(pair *p, int rows, int cols, lmx_dtype dt, float amp)
     lmx_st_tensor t = {.name = "t", .dtype = dt, .ndim = 2, .shape = {rows, cols}, .data = b.host,
                        .nbytes = n * lmx_dtype_size(dt), .file = "test"};
     lmx_error err = {0};
-    b.c = p->cpu->ops->weight(p->cpu, &t, &err);
-    b.g = p->gpu->ops->weight(p->gpu, &t, &err);
+    b.c = p->cpu->ops->weight(p->cpu, &t, NULL, &err);
+    b.g = p->gpu->ops->weight(p->gpu, &t, NULL, &err);
     CHECK(b.c && b.g, "weight: %s", err.message);
     return b;
 }
@@ -84,8 +84,8 @@ static float same(pair *p, const both *b, int n, float tol, const char *what)
 {
     size_t len = (size_t)n * b->cols;
     float *c = malloc(len * 4), *g = malloc(len * 4);
-    p->cpu->ops->read(p->cpu, c, b->c, 0, n);
-    p->gpu->ops->read(p->gpu, g, b->g, 0, n);
+    p->cpu->ops->read(p->cpu, c, (size_t)b->cols, b->c, 0, n);
+    p->gpu->ops->read(p->gpu, g, (size_t)b->cols, b->g, 0, n);
     float worst = 0;
     int finite = 1;
     for (size_t i = 0; i < len; i++) {
@@ -196,8 +196,8 @@ static void check_elementwise(pair *p)
     p->gpu->ops->softcap(p->gpu, o.g, n, 3.0f);
     same(p, &o, n, 1e-5f, "softcap");
     const int32_t ids[5] = {4, 0, 4, 1, 2};
-    p->cpu->ops->embed(p->cpu, o.c, x.c, ids, n, 1.5f);
-    p->gpu->ops->embed(p->gpu, o.g, x.g, ids, n, 1.5f);
+    p->cpu->ops->embed(p->cpu, o.c, x.c, ids, n, 1.5f, 1); /* id 0: a zero row */
+    p->gpu->ops->embed(p->gpu, o.g, x.g, ids, n, 1.5f, 1);
     p->cpu->ops->copy_rows(p->cpu, o.c, 3, x.c, 1, 2);
     p->gpu->ops->copy_rows(p->gpu, o.g, 3, x.g, 1, 2);
     same(p, &o, n, 0, "embed, copy_rows");

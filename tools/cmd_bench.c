@@ -112,14 +112,15 @@ static double weight_bytes_per_token(const lmx_model *m)
 {
     double b = 0;
     const lmx_config *c = &m->cfg;
+    const lmx_rank *rk = &m->ranks[0]; /* the CPU bench runs one rank */
     for (int i = 0; i < c->n_layers; i++) {
-        const lmx_tensor *const *t = (const lmx_tensor *const *)&m->layers[i];
-        for (size_t k = 0; k < sizeof m->layers[i] / sizeof *t; k++)
+        const lmx_tensor *const *t = (const lmx_tensor *const *)&rk->layers[i];
+        for (size_t k = 0; k < sizeof rk->layers[i] / sizeof *t; k++)
             if (t[k])
                 b += (double)lmx_backend_cpu_bytes(t[k]);
     }
-    b += (double)lmx_backend_cpu_bytes(m->lm_head) + (double)lmx_backend_cpu_bytes(m->final_norm);
-    b += (double)lmx_backend_cpu_bytes(m->embed) / c->vocab_size;
+    b += (double)lmx_backend_cpu_bytes(rk->lm_head) + (double)lmx_backend_cpu_bytes(rk->final_norm);
+    b += (double)lmx_backend_cpu_bytes(rk->embed) / c->vocab_size;
     return b;
 }
 

@@ -16,6 +16,11 @@ int cmd_info(int argc, char **argv)
         if (!strcmp(argv[i], "--device")) {
             if (!(v = args_value(argc, argv, &i)) || genopts_device(v, &opts.device))
                 return 2;
+        } else if (!strcmp(argv[i], "--gpus")) {
+            long n;
+            if (!(v = args_value(argc, argv, &i)) || args_int(v, 1, 8, "--gpus", &n))
+                return 2;
+            opts.n_gpus = (int)n;
         } else if (argv[i][0] == '-' || dir) {
             dir = NULL;
             break;
@@ -24,7 +29,7 @@ int cmd_info(int argc, char **argv)
         }
     }
     if (!dir) {
-        fprintf(stderr, "usage: lmx info DIR [--device cpu|cuda]\n");
+        fprintf(stderr, "usage: lmx info DIR [--device cpu|cuda] [--gpus N]\n");
         return 2;
     }
     lmx_error err = {0};

@@ -13,14 +13,14 @@
 static int usage(void)
 {
     fprintf(stderr, "usage: lmx logits DIR --ids 1,2,3 --out FILE.safetensors [--decode] [--chunk N] [--threads T]\n"
-                    "       [--device cpu|cuda]\n");
+                    "       [--device cpu|cuda] [--gpus N]\n");
     return 2;
 }
 
 int cmd_logits(int argc, char **argv)
 {
     const char *dir = NULL, *out = NULL, *ids_arg = NULL;
-    long chunk = 0, threads = 0;
+    long chunk = 0, threads = 0, gpus = 0;
     int decode = 0, device = LMX_DEVICE_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -37,6 +37,9 @@ int cmd_logits(int argc, char **argv)
                 return 2;
         } else if (!strcmp(argv[i], "--device")) {
             if (!(v = args_value(argc, argv, &i)) || genopts_device(v, &device))
+                return 2;
+        } else if (!strcmp(argv[i], "--gpus")) {
+            if (!(v = args_value(argc, argv, &i)) || args_int(v, 1, 8, "--gpus", &gpus))
                 return 2;
         } else if (!strcmp(argv[i], "--threads")) {
             if (!(v = args_value(argc, argv, &i)) || args_int(v, 0, 1024, "--threads", &threads))
@@ -60,6 +63,7 @@ int cmd_logits(int argc, char **argv)
     lmx_load_options opts = lmx_load_defaults();
     opts.n_threads = (int)threads;
     opts.device = device;
+    opts.n_gpus = (int)gpus;
     lmx_model *m = lmx_load(dir, &opts, &err);
     lmx_context *c = NULL;
     float *logits = NULL;

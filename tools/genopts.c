@@ -20,6 +20,7 @@ const char genopts_help[] =
     "  --no-thinking         Qwen3 chat: the empty think block (enable_thinking=false)\n"
     "  --threads T           CPU threads (default: all cores)\n"
     "  --device D            cpu or cuda (default: cuda when built with it and a GPU is present)\n"
+    "  --gpus N              tensor parallelism over N GPUs (cpu: N ranks on the CPU)\n"
     "  --ctx N               context length (default: the model's, at most 4096)\n"
     "  --verbose             print stats to stderr\n";
 
@@ -78,6 +79,10 @@ int genopts_parse(genopts *g, int argc, char **argv, int *i)
     } else if (!strcmp(a, "--device")) {
         if (!VALUE() || genopts_device(v, &g->load.device))
             return -1;
+    } else if (!strcmp(a, "--gpus")) {
+        if (!VALUE() || args_int(v, 1, 8, "--gpus", &n))
+            return -1;
+        g->load.n_gpus = (int)n;
     } else if (!strcmp(a, "--ctx")) {
         if (!VALUE() || args_int(v, 1, 1 << 24, "--ctx", &n))
             return -1;
