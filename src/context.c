@@ -6,8 +6,9 @@
 #include "error.h"
 #include "model.h"
 
-/* Prefill chunk: enough rows to amortise reading the weights. */
-enum { CHUNK_ROWS = 64 };
+/* Prefill chunk: enough rows to amortise reading (and, on the CPU's AMX
+ * path, decoding and splitting) the weights. */
+enum { CHUNK_ROWS = 256 };
 
 struct lmx_context {
     lmx_model *m;

@@ -1,8 +1,9 @@
-/* The AMX path's prefill kernels for bf16 weights (cpu_amx.h). Rounding x
- * to bf16 alone costs too much accuracy (docs/cpu.md), so x is split in two
- * bf16 parts, hi = bf16(x) and lo = bf16(x - hi), and each weight tile
- * meets both: 16 bits of x's mantissa, twice the tile products, still far
- * above the float32 FMA rate. */
+/* The AMX path's prefill kernels (cpu_amx.h). Rounding x to bf16 alone
+ * costs too much accuracy (docs/cpu.md), so x is split in two bf16 parts,
+ * hi = bf16(x) and lo = bf16(x - hi), and each weight tile meets both: 16
+ * bits of x's mantissa, twice the tile products, still far above the
+ * float32 FMA rate. Weights that are not bf16 are split the same way and
+ * take a third product (lo x lo is left out: below float32 rounding). */
 #include "cpu_amx.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -20,6 +21,26 @@
 /* bf16 lanes widened back to float32 */
 static inline __m512 bf16_to_ps(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 
+/* a[0, 32) as bf16 hi and lo parts, in order */
+static inline void split32(const float *a, __m512i *h, __m512i *l)
+{
+    __m512 x0 = _mm512_loadu_ps(a), x1 = _mm512_loadu_ps(a + 16);
+    *h = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);
+    __m512 r0 = _mm512_sub_ps(x0, bf16_to_ps(_mm512_castsi512_si256(*h)));
+    __m512 r1 = _mm512_sub_ps(x1, bf16_to_ps(_mm512_extracti64x4_epi64(*h, 1)));
+    *l = (__m512i)_mm512_cvtne2ps_pbh(r1, r0);
+}
+
+void lmx_amx_split(const float *w, int K, uint16_t *hi, uint16_t *lo)
+{
+    for (int k = 0; k < K; k += 32) {
+        __m512i h, l;
+        split32(w + k, &h, &l);
+        _mm512_storeu_si512(hi + k, h);
+        _mm512_storeu_si512(lo + k, l);
+    }
+}
+
 void lmx_amx_pack_x(const float *x, int K, int rows, uint16_t *hi, uint16_t *lo)
 {
     /* dword kk of a row's 32-element block goes to tile row kk, column i */
@@ -29,12 +50,8 @@ void lmx_amx_pack_x(const float *x, int K, int rows, uint16_t *hi, uint16_t *lo)
     memset(lo, 0, (size_t)K * 16 * sizeof *lo);
     for (int i = 0; i < rows; i++)
         for (int kb = 0; kb < K / 32; kb++) {
-            const float *xs = x + (size_t)i * K + (size_t)kb * 32;
-            __m512 a = _mm512_loadu_ps(xs), b = _mm512_loadu_ps(xs + 16);
-            __m512i h = (__m512i)_mm512_cvtne2ps_pbh(b, a);
-            __m512 ra = _mm512_sub_ps(a, bf16_to_ps(_mm512_castsi512_si256(h)));
-            __m512 rb = _mm512_sub_ps(b, bf16_to_ps(_mm512_extracti64x4_epi64(h, 1)));
-            __m512i l = (__m512i)_mm512_cvtne2ps_pbh(rb, ra);
+            __m512i h, l;
+            split32(x + (size_t)i * K + (size_t)kb * 32, &h, &l);
             size_t o = (size_t)kb * 256 + (size_t)i; /* in dwords */
             _mm512_i32scatter_epi32((uint32_t *)hi + o, at, h, 4);
             _mm512_i32scatter_epi32((uint32_t *)lo + o, at, l, 4);
@@ -47,7 +64,8 @@ typedef struct tile_cfg {
     uint8_t rows[16];
 } tile_cfg;
 
-void lmx_amx_gemm(const uint16_t *w, int K, const uint16_t *hi, const uint16_t *lo, int n, float *out, int ldo)
+void lmx_amx_gemm(const uint16_t *w, const uint16_t *wlo, int K, const uint16_t *hi, const uint16_t *lo, int n,
+                  float *out, int ldo)
 {
     /* tiles 0-3: float32 sums (weight rows 0-15 / 16-31 x rows 0-15 /
      * 16-31); 4, 5: weights; 6, 7: x. All 16 rows of 64 bytes. */
@@ -81,6 +99,16 @@ void lmx_amx_gemm(const uint16_t *w, int K, const uint16_t *hi, const uint16_t *
             _tile_dpbf16ps(1, 4, 7);
             _tile_dpbf16ps(2, 5, 6);
             _tile_dpbf16ps(3, 5, 7);
+            if (wlo) {
+                _tile_loadd(4, wlo + (size_t)kb * 32, ldw);
+                _tile_loadd(5, wlo + 16 * (size_t)K + (size_t)kb * 32, ldw);
+                _tile_loadd(6, h0 + o, 64);
+                _tile_loadd(7, h0 + blk + o, 64);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 4, 7);
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+            }
         }
         _tile_stored(0, &c[0][0], 128);
         _tile_stored(1, &c[0][16], 128);

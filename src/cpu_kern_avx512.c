@@ -183,11 +183,41 @@ static void matvec_avx512(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu
     }
 }
 
+/* Quantized row r: per group s * q + b, 16 elements a step; q4's bytes
+ * widened to 16 bits, low nibble to the low byte and high to the high, so
+ * that the bytes come out in element order. */
+static void decode_quant(const lmx_cpu_weight *w, int r, float *dst)
+{
+    int K = w->cols, G = w->group, ng = K / G, q4 = w->kind == LMX_WK_Q4;
+    const uint8_t *q = (const uint8_t *)w->data + (size_t)r * K / (q4 ? 2 : 1);
+    const uint16_t *sc = w->scales + (size_t)r * ng, *bi = w->biases + (size_t)r * ng;
+    for (int g = 0; g < ng; g++) {
+        __m512 s = _mm512_set1_ps(h2f(sc[g])), b = _mm512_set1_ps(h2f(bi[g]));
+        for (int c = g * G; c < (g + 1) * G; c += 32) {
+            __m256i v; /* 32 values as bytes, in order */
+            if (q4) {
+                __m256i h = _mm256_cvtepu8_epi16(_mm_loadu_si128((const void *)(q + c / 2)));
+                v = _mm256_or_si256(_mm256_and_si256(h, _mm256_set1_epi16(15)),
+                                    _mm256_slli_epi16(_mm256_srli_epi16(h, 4), 8));
+            } else {
+                v = _mm256_loadu_si256((const void *)(q + c));
+            }
+            __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(v)));
+            __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(v, 1)));
+            _mm512_storeu_ps(dst + c, _mm512_fmadd_ps(s, lo, b));
+            _mm512_storeu_ps(dst + c + 16, _mm512_fmadd_ps(s, hi, b));
+        }
+    }
+}
+
 static void decode_avx512(const lmx_cpu_weight *w, int r, float *dst)
 {
     int K = w->cols, k = 0;
     const uint16_t *s = (const uint16_t *)w->data + (size_t)r * K;
-    if (w->kind == LMX_WK_BF16) {
+    if (w->kind == LMX_WK_Q8 || w->kind == LMX_WK_Q4) {
+        decode_quant(w, r, dst);
+        return;
+    } else if (w->kind == LMX_WK_BF16) {
         for (; k + 16 <= K; k += 16)
             _mm512_storeu_ps(dst + k, ld_bf16(s + k));
     } else if (w->kind == LMX_WK_F16) {
@@ -355,7 +385,8 @@ static void attn_accum_avx512(float *acc, const float *v, size_t stride, const f
 static const lmx_cpu_kernels avx512 = {.path = LMX_CPU_AVX512, AVX512_TABLE};
 /* the same, with bf16 prefill on AMX tiles */
 static const lmx_cpu_kernels amx = {
-    .path = LMX_CPU_AMX, AVX512_TABLE, .amx_pack_x = lmx_amx_pack_x, .amx_gemm = lmx_amx_gemm};
+    .path = LMX_CPU_AMX, AVX512_TABLE, .amx_pack_x = lmx_amx_pack_x, .amx_split = lmx_amx_split,
+    .amx_gemm = lmx_amx_gemm};
 
 #ifdef __clang__
 #pragma clang attribute pop

@@ -57,11 +57,13 @@ typedef struct lmx_cpu_kernels {
      * s[b] = q . k_b, and acc[0, hd) += sum_b p[b] * v_b. */
     void (*attn_scores)(const float *q, const float *k, size_t stride, int nb, int hd, float *s);
     void (*attn_accum)(float *acc, const float *v, size_t stride, const float *p, int nb, int hd);
-    /* The AMX path only (else NULL): bf16 weights against more than 4 rows
-     * of x on AMX tiles (cpu_amx.h); the driver takes it for weights of a
+    /* The AMX path only (else NULL): weights against more than 4 rows of x
+     * on AMX tiles (cpu_amx.h); the driver takes it for weights of a
      * multiple of 32 rows and columns. */
     void (*amx_pack_x)(const float *x, int K, int rows, uint16_t *hi, uint16_t *lo);
-    void (*amx_gemm)(const uint16_t *w, int K, const uint16_t *hi, const uint16_t *lo, int n, float *out, int ldo);
+    void (*amx_split)(const float *w, int K, uint16_t *hi, uint16_t *lo);
+    void (*amx_gemm)(const uint16_t *w, const uint16_t *wlo, int K, const uint16_t *hi, const uint16_t *lo, int n,
+                     float *out, int ldo);
     float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n); /* y += a * x */
     void (*scale)(float *y, float a, int n);                /* y *= a */

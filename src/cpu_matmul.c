@@ -20,7 +20,7 @@ struct lmx_cpu_mm {
     int8_t *xq;           /* MV_ROWS rows of x quantized (lmx_cpu_x) */
     float *xd;            /* MV_ROWS rows of per-group steps and sums */
     int32_t *xqsum;
-    float **wt;           /* per thread: tile_mr decoded weight rows */
+    float **wt;           /* per thread: tile_mr decoded weight rows (AMX: amx_gemm_task) */
     float *xt;            /* x packed k-major for the tiles; grows */
     size_t xt_cap;
 };
@@ -72,8 +72,10 @@ int lmx_cpu_mm_reserve(lmx_cpu_mm *mm, int cols)
     mm->xq = xq;
     mm->xd = xd;
     mm->xqsum = xqsum;
+    /* AMX: a decoded row, then 32 rows of bf16 hi and lo parts */
+    size_t wt = mm->k->amx_gemm ? (size_t)cols * 33 : (size_t)mm->k->tile_mr * (size_t)wt_stride(cols);
     for (int t = 0; t < lmx_pool_threads(mm->pool); t++) {
-        float *w = calloc((size_t)mm->k->tile_mr * (size_t)wt_stride(cols), sizeof(float));
+        float *w = calloc(wt, sizeof(float));
         if (!w)
             return -1; /* the smaller buffers stay valid for the old cols */
         free(mm->wt[t]);
@@ -188,12 +190,26 @@ static void amx_pack_task(void *ctx, int task, int worker)
     j->mm->k->amx_pack_x(j->x + (size_t)i0 * K, K, rows, hi + (size_t)task * 16 * K, lo + (size_t)task * 16 * K);
 }
 
+/* Weights other than bf16 are decoded and split into bf16 hi and lo parts
+ * first, into the worker's buffer. */
 static void amx_gemm_task(void *ctx, int task, int worker)
 {
     const mm_job *j = ctx;
+    const lmx_cpu_kernels *k = j->mm->k;
     int K = j->w->cols, r0 = task * 32;
     uint16_t *hi = (uint16_t *)j->mm->xt, *lo = hi + (size_t)j->ldx * K;
-    j->mm->k->amx_gemm((const uint16_t *)j->w->data + (size_t)r0 * K, K, hi, lo, j->n, j->out + r0, j->w->rows);
+    const uint16_t *w = (const uint16_t *)j->w->data + (size_t)r0 * K, *wlo = NULL;
+    if (j->w->kind != LMX_WK_BF16) {
+        float *row = j->mm->wt[worker];
+        uint16_t *wh = (uint16_t *)(row + K), *wl = wh + (size_t)32 * K;
+        for (int r = 0; r < 32; r++) {
+            k->decode(j->w, r0 + r, row);
+            k->amx_split(row, K, wh + (size_t)r * K, wl + (size_t)r * K);
+        }
+        w = wh;
+        wlo = wl;
+    }
+    k->amx_gemm(w, wlo, K, hi, lo, j->n, j->out + r0, j->w->rows);
 }
 
 static int ensure_xt(lmx_cpu_mm *mm, size_t need)
@@ -213,7 +229,7 @@ void lmx_cpu_mm_run(lmx_cpu_mm *mm, float *out, const float *x, int n, const lmx
 {
     pthread_mutex_lock(&mm->lock);
     int ldx = (n + mm->k->tile_nx - 1) / mm->k->tile_nx * mm->k->tile_nx;
-    int amx = mm->k->amx_gemm && w->kind == LMX_WK_BF16 && w->rows % 32 == 0 && w->cols % 32 == 0;
+    int amx = mm->k->amx_gemm && w->rows % 32 == 0 && w->cols % 32 == 0;
     if (amx) /* hi and lo, uint16 each, in the room of one float per element */
         ldx = (n + 31) / 32 * 32;
     if (n <= MV_ROWS || ensure_xt(mm, (size_t)ldx * (size_t)w->cols)) {
