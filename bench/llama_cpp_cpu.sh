@@ -27,12 +27,18 @@ OUT=${OUT:-$MODELS/results.jsonl}
 mkdir -p "$MODELS"
 : > "$OUT"
 
-if [ ! -x "$LLAMA/build/bin/llama-bench" ] || [ ! -x "$LLAMA/build/bin/llama-quantize" ]; then
-    cmake -S "$LLAMA" -B "$LLAMA/build" -DGGML_NATIVE=ON -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
-        -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_EXAMPLES=OFF
-    cmake --build "$LLAMA/build" -j2 --target llama-bench llama-quantize
+# AMX off: on the development machine this snapshot's AMX matmul (taken for
+# Q8_0/Q4_0 under -march=native) dies with SIGILL at its first tilezero, so
+# llama.cpp runs its AVX-512 (VNNI, BF16) kernels.
+B=$LLAMA/build-noamx
+if [ ! -x "$B/bin/llama-bench" ] || [ ! -x "$B/bin/llama-quantize" ]; then
+    noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    cmake -S "$LLAMA" -B "$B" -DGGML_NATIVE=ON -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
+        -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+        -DLLAMA_BUILD_APP=OFF -DCMAKE_C_FLAGS="$noamx" -DCMAKE_CXX_FLAGS="$noamx"
+    cmake --build "$B" -j2 --target llama-bench llama-quantize
 fi
-BIN=$LLAMA/build/bin
+BIN=$B/bin
 
 for model in "$@"; do
     dir=$MODELS/$model
