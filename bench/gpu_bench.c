@@ -110,12 +110,12 @@ static double decode(lmx_model *m, int depth, int gen, int chunk, float *logits)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: gpu_bench DIR [--chunk N] [--gen N] [--profile]\n");
+        fprintf(stderr, "usage: gpu_bench DIR [--chunk N] [--gen N] [--decode-only]\n");
         return 2;
     }
     int chunk = 512, gen = 64, profile = 0;
     for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], "--profile")) /* decode steps only, for a profiler */
+        if (!strcmp(argv[i], "--decode-only")) /* decode at context 0 only: variants, profilers */
             profile = 1;
         else if (!strcmp(argv[i], "--chunk") && i + 1 < argc)
             chunk = atoi(argv[++i]);
@@ -143,7 +143,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < c->n_layers; i++)
         kv4096 += kv_row * (c->layers[i].window && c->layers[i].window < 4096 ? c->layers[i].window : 4096);
     if (profile) {
-        decode(m, 0, gen, chunk, logits);
+        printf("decode ctx 0: %.1f tok/s\n", decode(m, 0, gen, chunk, logits));
         lmx_close(m);
         return 0;
     }

@@ -31,16 +31,13 @@ fi
 ./build-gpu/lmx info tests/data/gemma3-small --device cuda | head -2
 mkdir -p /tmp/lmx-synth
 [ $# -gt 0 ] || exit 0
-libs=$(pkg-config --libs libcjson libpcre2-8 libutf8proc)
-gcc -O2 -Iinclude -Isrc -I/usr/local/cuda/include bench/gpu_bench.c build-gpu/liblmx.a $libs \
-    -L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 -lcublas -lcudart -lstdc++ -lpthread -lm -o build-gpu/gpu_bench || exit 1
 for m in "$@"; do
     d=/tmp/lmx-synth/$m
     [ -d "$d" ] || ./build-gpu/lmx synth --like "$m" "$d" >/dev/null || exit 1
     ./build-gpu/gpu_bench "$d" ${BENCH_ARGS:-} 2>&1 | tee -a "$out/bench.log"
     if [ "${PROFILE:-0}" = 1 ]; then # kernel by kernel: the first eager decode step
         ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum -c 48 \
-            ./build-gpu/gpu_bench "$d" --profile --gen 2 >"$out/ncu-$m.log" 2>&1 || echo "ncu failed: $out/ncu-$m.log"
+            ./build-gpu/gpu_bench "$d" --decode-only --gen 2 >"$out/ncu-$m.log" 2>&1 || echo "ncu failed: $out/ncu-$m.log"
     fi
     if [ -n "${COMPARE:-}" ]; then # the same bench under other settings, e.g. COMPARE=LMX_CUDA_ATTN=simt
         env $COMPARE ./build-gpu/gpu_bench "$d" ${BENCH_ARGS:-} 2>&1 | tail -1 | sed "s/^/$COMPARE: /" |

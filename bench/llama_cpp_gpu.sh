@@ -109,13 +109,7 @@ say() { echo "[$(date -u +%H:%M:%S) +${SECONDS}s] $*" | tee -a "$log"; }
 # last call on a warm machine; a no-op otherwise), then bench/gpu_bench.
 build_lmx() {
     { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release "${lmx_cmake_pc[@]}" &&
-        cmake --build build-gpu -j16 --target lmx; } >"$out/lmx-build.log" 2>&1 || return 1
-    local libs
-    libs=$("${PKG_CONFIG:-pkg-config}" --libs libcjson libpcre2-8 libutf8proc) || return 1
-    # shellcheck disable=SC2086 # $libs is a list of flags
-    gcc -O2 -Iinclude -Isrc -I/usr/local/cuda/include bench/gpu_bench.c build-gpu/liblmx.a $libs \
-        -L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 -lcublas -lcudart -lstdc++ -lpthread -lm \
-        -o build-gpu/gpu_bench >>"$out/lmx-build.log" 2>&1
+        cmake --build build-gpu -j16 --target lmx gpu_bench; } >"$out/lmx-build.log" 2>&1
 }
 
 # llama.cpp: built once per machine (about 4.5 minutes with 16 jobs);

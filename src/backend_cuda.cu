@@ -301,8 +301,9 @@ __global__ void k_rmsnorm(float *out, const float *x, const void *w, int dt, int
 
 /* A residual connection and the next norm, one block per row of dim:
  * y' = post ? rmsnorm(y, post) : y; x += y'; h = rmsnorm(x, next). */
-__global__ void k_residual_norm(float *x, float *h, const float *y, const void *post, int dt_post, const void *next,
-                                int dt_next, int dim, float eps, int plus_one)
+__global__ void k_residual_norm(float *__restrict__ x, float *__restrict__ h, const float *__restrict__ y,
+                                const void *post, int dt_post, const void *next, int dt_next, int dim, float eps,
+                                int plus_one)
 {
     prefetch_norm(post, dt_post, dim);
     prefetch_norm(next, dt_next, dim);
@@ -320,6 +321,7 @@ __global__ void k_residual_norm(float *x, float *h, const float *y, const void *
         rp = 1.0f / sqrtf(block_sum(ss, red) / dim + eps);
     }
     float ss = 0;
+#pragma unroll 4
     for (int j = threadIdx.x; j < dim; j += blockDim.x) {
         float v = post ? yr[j] * rp * norm_w(post, dt_post, j, plus_one) : yr[j];
         v += xr[j];
@@ -369,7 +371,17 @@ template <> struct wvec<float> {
     }
 };
 
-enum { GEMV_WARPS = 4, GEMV_UNROLL = 4 };
+/* GEMV shape; bench/gemv_variants.sh builds other values to compare
+ * (2026-12-02, Qwen3-8B decode on the H200: 8 or 2 warps the same, 4-deep
+ * unrolling 1.5% slower, 8-deep 14% slower, L1-allocating loads 10%
+ * slower: bench/RESULTS.md). */
+#ifndef LMX_GEMV_WARPS
+#define LMX_GEMV_WARPS 4
+#endif
+#ifndef LMX_GEMV_UNROLL
+#define LMX_GEMV_UNROLL 2
+#endif
+enum { GEMV_WARPS = LMX_GEMV_WARPS, GEMV_UNROLL = LMX_GEMV_UNROLL };
 
 __device__ __forceinline__ float act_fn(float x, int gelu)
 {
@@ -1404,7 +1416,8 @@ void cuda_residual_norm(lmx_backend *be, lmx_tensor *x, lmx_tensor *h, lmx_tenso
         fail(b, LMX_ERR_INTERNAL, "cuda: residual_norm of %d columns with norms of %d", dim, next->cols);
         return;
     }
-    int threads = dim >= 1024 ? 1024 : dim >= 256 ? 256 : dim > 64 ? 128 : 64;
+    /* 256 threads: a few elements each, their loads in flight together */
+    int threads = dim >= 256 ? 256 : dim > 64 ? 128 : 64;
     launch(b, k_residual_norm, (unsigned)n_rows, threads, 0, f32(x), f32(h), f32(y), post ? post->data : NULL,
            post ? (int)post->dtype : 0, next->data, (int)next->dtype, dim, eps, plus_one);
     launched(b, "residual_norm");

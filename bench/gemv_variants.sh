@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# On the GPU machine: decode tok/s of one synthetic model under GEMV
+# variants (LMX_GEMV_* macros of src/backend_cuda.cu), each built into its
+# own directory, all run on the same checkpoint in one go.
+#   bench/gemv_variants.sh MODEL 'NAME:FLAGS' ...
+# e.g. bench/gemv_variants.sh qwen3-8b 'base:' 'w8:-DLMX_GEMV_WARPS=8'
+set -uo pipefail
+cd "$(dirname "$0")/.."
+lmx_cmake_pc=()
+. bench/gpu_env.sh
+model=$1
+shift
+for v in "$@"; do # builds in parallel: one nvcc job each
+    name=${v%%:*} flags=${v#*:}
+    (cmake -S . -B "build-v-$name" -DCMAKE_BUILD_TYPE=Release "${lmx_cmake_pc[@]}" -DCMAKE_CUDA_FLAGS="$flags" \
+        >/dev/null && cmake --build "build-v-$name" -j4 --target lmx gpu_bench >/dev/null) ||
+        echo "variant $name: build failed" &
+done
+wait
+d=/tmp/lmx-synth/$model
+[ -d "$d" ] || "build-v-${1%%:*}/lmx" synth --like "$model" "$d" >/dev/null || exit 1
+for rep in 1 2; do
+    for v in "$@"; do
+        name=${v%%:*}
+        printf '%s (%s) run %d: ' "$name" "${v#*:}" "$rep"
+        "build-v-$name/gpu_bench" "$d" --decode-only --gen 128 2>&1 | tail -1
+    done
+done
