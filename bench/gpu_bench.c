@@ -110,10 +110,10 @@ static double decode(lmx_model *m, int depth, int gen, int chunk, float *logits)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: gpu_bench DIR [--chunk N] [--gen N] [--decode-only]\n");
+        fprintf(stderr, "usage: gpu_bench DIR [--chunk N] [--gen N] [--gpus N] [--decode-only]\n");
         return 2;
     }
-    int chunk = 512, gen = 64, profile = 0;
+    int chunk = 512, gen = 64, profile = 0, gpus = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--decode-only")) /* decode at context 0 only: variants, profilers */
             profile = 1;
@@ -121,12 +121,15 @@ int main(int argc, char **argv)
             chunk = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--gen") && i + 1 < argc)
             gen = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--gpus") && i + 1 < argc) /* tensor parallel (docs/multi-gpu.md) */
+            gpus = atoi(argv[++i]);
     }
     double bw = profile ? 0 : copy_bandwidth();
     lmx_error err = {0};
     lmx_load_options o = lmx_load_defaults();
     o.device = LMX_DEVICE_CUDA;
     o.n_ctx = 4096 + 256;
+    o.n_gpus = gpus;
     double t0 = now();
     lmx_model *m = lmx_load(argv[1], &o, &err);
     if (!m)
