@@ -110,17 +110,19 @@ static double decode(lmx_model *m, int depth, int gen, int chunk, float *logits)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: gpu_bench DIR [--chunk N] [--gen N] [--gpus N] [--decode-only]\n");
+        fprintf(stderr, "usage: gpu_bench DIR [--chunk N] [--gen N] [--gpus N] [--decode-only [--depth N]]\n");
         return 2;
     }
-    int chunk = 512, gen = 64, profile = 0, gpus = 0;
+    int chunk = 512, gen = 64, profile = 0, gpus = 0, depth = 0;
     for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], "--decode-only")) /* decode at context 0 only: variants, profilers */
+        if (!strcmp(argv[i], "--decode-only")) /* decode only, at --depth: variants, profilers */
             profile = 1;
         else if (!strcmp(argv[i], "--chunk") && i + 1 < argc)
             chunk = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--gen") && i + 1 < argc)
             gen = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--depth") && i + 1 < argc)
+            depth = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--gpus") && i + 1 < argc) /* tensor parallel (docs/multi-gpu.md) */
             gpus = atoi(argv[++i]);
     }
@@ -146,7 +148,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < c->n_layers; i++)
         kv4096 += kv_row * (c->layers[i].window && c->layers[i].window < 4096 ? c->layers[i].window : 4096);
     if (profile) {
-        printf("decode ctx 0: %.1f tok/s\n", decode(m, 0, gen, chunk, logits));
+        printf("decode at depth %d: %.1f tok/s\n", depth, decode(m, depth, gen, chunk, logits));
         lmx_close(m);
         return 0;
     }

@@ -784,7 +784,10 @@ __global__ void __launch_bounds__(PF_WARPS * 32)
     }
 }
 
-enum { FA_Q = 64, FA_K = 64, FA_WARPS = 4 };
+/* 128 queries a block (8 warps): each K/V tile staged in shared memory
+ * serves twice the queries of 64 (Nsight Compute, Qwen3-8B prefill of 4096
+ * tokens: 3.0 ms a layer with 64, bench/RESULTS.md). */
+enum { FA_WARPS = 8, FA_Q = 16 * FA_WARPS, FA_K = 64 };
 
 __device__ __forceinline__ unsigned pack_bf16(float lo, float hi)
 {
@@ -948,30 +951,40 @@ __global__ void __launch_bounds__(FA_WARPS * 32)
     }
 }
 
-/* Merges the splits of k_attn: one block per (head, query row). */
+/* Merges the splits of k_attn: one block per (head, query row). The first
+ * warp finds the splits' weights (split-strided, so their loads are in
+ * flight together), then every thread sums its dimensions over the splits. */
 __global__ void k_attn_merge(float *out, const float *part, int H, int hd, int nsplit)
 {
     pdl_wait();
     pdl_trigger();
-    int h = blockIdx.x, i = blockIdx.y;
+    extern __shared__ float wt[]; /* nsplit weights, then the normaliser */
+    int h = blockIdx.x, i = blockIdx.y, lane = threadIdx.x & 31;
     const float *p = part + ((size_t)i * H + h) * nsplit * (hd + 2);
-    float M = -INFINITY;
-    for (int s = 0; s < nsplit; s++)
-        M = fmaxf(M, p[s * (hd + 2) + hd]);
-    float L = 0;
-    for (int s = 0; s < nsplit; s++) {
-        float ms = p[s * (hd + 2) + hd];
-        if (ms != -INFINITY)
-            L += expf(ms - M) * p[s * (hd + 2) + hd + 1];
+    if (threadIdx.x < 32) {
+        float M = -INFINITY;
+        for (int s = lane; s < nsplit; s += 32)
+            M = fmaxf(M, p[s * (hd + 2) + hd]);
+#pragma unroll
+        for (int o = 16; o; o >>= 1)
+            M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        float L = 0;
+        for (int s = lane; s < nsplit; s += 32) {
+            float ms = p[s * (hd + 2) + hd], w = ms == -INFINITY ? 0.0f : expf(ms - M);
+            wt[s] = w;
+            L += w * p[s * (hd + 2) + hd + 1];
+        }
+        L = warp_sum(L);
+        if (lane == 0)
+            wt[nsplit] = L;
     }
+    __syncthreads();
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float a = 0;
-        for (int s = 0; s < nsplit; s++) {
-            float ms = p[s * (hd + 2) + hd];
-            if (ms != -INFINITY)
-                a += expf(ms - M) * p[s * (hd + 2) + d];
-        }
-        out[((size_t)i * H + h) * hd + d] = a / L;
+#pragma unroll 8
+        for (int s = 0; s < nsplit; s++)
+            a += wt[s] * p[s * (hd + 2) + d];
+        out[((size_t)i * H + h) * hd + d] = a / wt[nsplit];
     }
 }
 
@@ -1397,8 +1410,11 @@ void cuda_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const
 #undef ATTN
     launched(b, "attention");
     if (nsplit > 1) {
-        launch(b, k_attn_merge, dim3(p->n_heads, p->n_rows), hd < 1024 ? ((hd + 31) / 32) * 32 : 1024, 0, 
-            f32(out), b->part, p->n_heads, hd, nsplit);
+        size_t wshm = (size_t)(nsplit + 1) * sizeof(float);
+        if (wshm > 48 * 1024)
+            cudaFuncSetAttribute(k_attn_merge, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wshm);
+        launch(b, k_attn_merge, dim3(p->n_heads, p->n_rows), hd < 1024 ? ((hd + 31) / 32) * 32 : 1024, wshm,
+               f32(out), b->part, p->n_heads, hd, nsplit);
         launched(b, "attention merge");
     }
 }

@@ -219,9 +219,9 @@ static void check_attention(pair *p)
     const lmx_rope ropes[] = {{1e6f, 1.0f}, {1e4f, 8.0f}};
     for (int c = 0; c < 2; c++) {
         int hd = hds[c], kv = KVH * hd;
-        both kc = output(p, slots, kv), vc = output(p, slots, kv), o = output(p, 64, H * hd);
+        both kc = output(p, slots, kv), vc = output(p, slots, kv), o = output(p, 300, H * hd);
         both qn = input(p, 1, hd, LMX_DT_BF16, 1.0f), kn = input(p, 1, hd, LMX_DT_BF16, 1.0f);
-        both q = input(p, 100, H * hd, LMX_DT_F32, 1.0f);
+        both q = input(p, 300, H * hd, LMX_DT_F32, 1.0f);
         /* positions 0 .. 1599 into 1100 slots: the first 500 are overwritten */
         for (int pos = 0; pos < 1600; pos += 100) {
             both k = input(p, 100, kv, LMX_DT_F32, 1.0f), v = input(p, 100, kv, LMX_DT_F32, 1.0f);
@@ -238,8 +238,9 @@ static void check_attention(pair *p)
         struct {
             int n, pos0, window;
             float softcap;
-        } cases[] = {{1, 1599, 1000, 0}, {5, 1595, 512, 0}, {1, 1599, 7, 50}, {64, 1536, 1000, 0}, {64, 1536, 300, 30}};
-        for (int k = 0; k < 5; k++) {
+        } cases[] = {{1, 1599, 1000, 0}, {5, 1595, 512, 0}, {1, 1599, 7, 50}, {64, 1536, 1000, 0}, {64, 1536, 300, 30},
+                     {300, 1300, 800, 0}}; /* 300 rows: several query blocks; keys from 501 on */
+        for (int k = 0; k < 6; k++) {
             lmx_attn_params ap = {cases[k].n, cases[k].pos0, H, KVH, hd, cases[k].window, 1.0f / sqrtf((float)hd),
                                   cases[k].softcap};
             p->cpu->ops->attention(p->cpu, o.c, q.c, kc.c, vc.c, &ap);
