@@ -67,8 +67,9 @@ static inline int8_t gen_round8(float t) { return (int8_t)(int)(t + (t >= 0 ? 0.
 
 /* One row of x for the q8/q4 matvec (lmx_cpu_x): per group of G, the step
  * max |x| / 127, x / step rounded half away from zero, and the sum of the
- * rounded values; with C > 0 (q4) every run of C values stored evens, then
- * odds. G is 32 or 64. The maximum 16 wide, so that the loop vectorises. */
+ * rounded values; with C > 0 (q4; C <= 128, a multiple of 2) every run of C
+ * values (the row's last run shorter) stored evens, then odds. G is 32 or
+ * 64. The maximum 16 wide, so that the loop vectorises. */
 static inline void gen_quant_x(const float *x, int K, int G, int C, int8_t *xq, float *xd, int32_t *xqsum)
 {
     for (int g = 0; g < K / G; g++) {
@@ -84,25 +85,23 @@ static inline void gen_quant_x(const float *x, int K, int G, int C, int8_t *xq, 
         for (int l = 0; l < 16; l++)
             m = amax[l] > m ? amax[l] : m;
         float inv = m > 0 ? 127.0f / m : 0;
-        int8_t t[64]; /* G <= 64 */
         int32_t qs = 0;
         for (int k = 0; k < G; k++) {
-            t[k] = gen_round8(xg[k] * inv);
-            qs += t[k];
-        }
-        if (C) { /* pairs (even, odd) as 16-bit words: low bytes, then high bytes */
-            uint16_t u[32];
-            memcpy(u, t, (size_t)G);
-            for (int c = 0; c < G; c += C)
-                for (int e = 0; e < C / 2; e++) {
-                    d[c + e] = (int8_t)(u[c / 2 + e] & 255);
-                    d[c + C / 2 + e] = (int8_t)(u[c / 2 + e] >> 8);
-                }
-        } else {
-            memcpy(d, t, (size_t)G);
+            d[k] = gen_round8(xg[k] * inv);
+            qs += d[k];
         }
         xd[g] = m / 127.0f;
         xqsum[g] = qs;
+    }
+    for (int c = 0; C && c < K; c += C) { /* pairs (even, odd) as 16-bit words: low bytes, then high */
+        int L = K - c < C ? K - c : C;
+        uint16_t u[64];
+        for (int e = 0; e < L / 2; e++)
+            u[e] = (uint16_t)((uint8_t)xq[c + 2 * e] | (uint8_t)xq[c + 2 * e + 1] << 8);
+        for (int e = 0; e < L / 2; e++) {
+            xq[c + e] = (int8_t)(u[e] & 255);
+            xq[c + L / 2 + e] = (int8_t)(u[e] >> 8);
+        }
     }
 }
 

@@ -153,7 +153,26 @@ static inline __attribute__((always_inline)) void mv_quant(const lmx_cpu_weight 
                 __m256 qs8 = _mm256_cvtepi32_ps(_mm256_maskz_loadu_epi32(mk, qs + o));
                 bacc[i] = _mm256_fmadd_ps(_mm256_mul_ps(b8, d8), qs8, bacc[i]);
             }
-            for (int j = 0; j < m; j++) {
+            int j = 0;
+            if (q4 && G == 64) /* two groups a load: xq in runs of 128 */
+                for (; j + 1 < m; j += 2) {
+                    int c = (g0 + j) * G;
+                    prefetch(q + c / 2);
+                    __m512i b = _mm512_loadu_si512(q + c / 2), f = _mm512_set1_epi8(15);
+                    __m512i lo = _mm512_and_si512(b, f), hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), f);
+                    for (int i = 0; i < n; i++) {
+                        const int8_t *xi = xq + (size_t)i * K + c;
+                        __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xi));
+                        d = _mm512_dpbusd_epi32(d, hi, _mm512_loadu_si512(xi + 64)); /* lanes 0-7: group j */
+                        __m512 s = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(sd[i][j])),
+                                                                       _mm256_castps_pd(_mm256_set1_ps(sd[i][j + 1])), 1));
+                        if (j & 2)
+                            acc2[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc2[i]);
+                        else
+                            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc[i]);
+                    }
+                }
+            for (; j < m; j++) {
                 int c = (g0 + j) * G;
                 prefetch(q + c / (q4 ? 2 : 1));
                 __m512i v = ld_q(q, c, q4, G);
@@ -387,7 +406,7 @@ static void attn_accum_avx512(float *acc, const float *v, size_t stride, const f
 }
 
 #define AVX512_TABLE                                                                               \
-    .q4_chunk = 64, .matvec = matvec_avx512, .quant_x = gen_quant_x, .decode = decode_avx512, .tile_mr = MR, \
+    .q4_chunk = 128, .matvec = matvec_avx512, .quant_x = gen_quant_x, .decode = decode_avx512, .tile_mr = MR, \
     .tile_nx = NX, .tile = tile_avx512, .attn_scores = attn_scores_avx512, .attn_accum = attn_accum_avx512, \
     .dot = dot_avx512, .axpy = axpy_avx512, .scale = scale_avx512
 

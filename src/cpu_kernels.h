@@ -29,15 +29,16 @@ typedef struct lmx_cpu_weight {
  * of x would meet w - bias instead of w, 2-3x larger as bias = min.) */
 typedef struct lmx_cpu_x {
     const float *x;       /* n x cols */
-    const int8_t *xq;     /* q8/q4: n x cols; for q4, every run of min(q4_chunk, group) elements
-                           * stored evens, then odds (as the low, then the high nibbles) */
+    const int8_t *xq;     /* q8/q4: n x cols; for q4, every run of q4_chunk elements (of at most a
+                           * group with group 32; the row's last run shorter) stored evens, then
+                           * odds (as the low, then the high nibbles) */
     const float *xd;      /* q8/q4: n x (cols / group) steps */
     const int32_t *xqsum; /* q8/q4: n x (cols / group) sums of xq over each group */
 } lmx_cpu_x;
 
 typedef struct lmx_cpu_kernels {
     lmx_cpu_path path;
-    int q4_chunk; /* see lmx_cpu_x.xq; 2 = natural order */
+    int q4_chunk; /* see lmx_cpu_x.xq; 2 = natural order; at most 128 */
     /* out[i * ldo + r] = w[r] . x[i] for r in [r0, r1), i < n <= 4: reads
      * each weight once whatever n is. */
     void (*matvec)(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x *x, int n, float *out,

@@ -105,10 +105,13 @@ static void mv_task(void *ctx, int task, int worker)
 }
 
 /* x quantized per weight group (lmx_cpu_x); q4 reordered in runs of
- * min(q4_chunk, group), natural order being runs of 2. */
+ * q4_chunk (with group 32, of at most a group), natural order being runs
+ * of 2. */
 static void prep_quant(lmx_cpu_mm *mm, const lmx_cpu_weight *w, const float *x, int n, lmx_cpu_x *xp)
 {
-    int K = w->cols, G = w->group, ng = K / G, C = mm->k->q4_chunk < G ? mm->k->q4_chunk : G;
+    int K = w->cols, G = w->group, ng = K / G, C = mm->k->q4_chunk;
+    if (G < 64 && C > G)
+        C = G;
     for (int i = 0; i < n; i++) {
         size_t o = (size_t)i * ng;
         mm->k->quant_x(x + (size_t)i * K, K, G, w->kind == LMX_WK_Q4 ? C : 0, mm->xq + (size_t)i * K,
