@@ -18,6 +18,28 @@
 #pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")
 #endif
 
+/* Tiles: 0-3 the 32x32 output as 2x2 blocks, 4-5 two 16-row weight
+ * blocks, 6-7 two 16-column x blocks. */
+static inline void load_w(const uint16_t *w, int K, size_t ldw)
+{
+    _tile_loadd(4, w, ldw);
+    _tile_loadd(5, w + 16 * (size_t)K, ldw);
+}
+
+static inline void load_x(const uint16_t *x, size_t blk)
+{
+    _tile_loadd(6, x, 64);
+    _tile_loadd(7, x + blk, 64);
+}
+
+static inline void dot_2x2(void)
+{
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+}
+
 /* bf16 lanes widened back to float32 */
 static inline __m512 bf16_to_ps(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 
@@ -85,29 +107,15 @@ void lmx_amx_gemm(const uint16_t *w, const uint16_t *wlo, int K, const uint16_t 
         _tile_zero(3);
         for (int kb = 0; kb < K / 32; kb++) {
             size_t o = (size_t)kb * 512;
-            _tile_loadd(4, w + (size_t)kb * 32, ldw);
-            _tile_loadd(5, w + 16 * (size_t)K + (size_t)kb * 32, ldw);
-            _tile_loadd(6, h0 + o, 64);
-            _tile_loadd(7, h0 + blk + o, 64);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_dpbf16ps(1, 4, 7);
-            _tile_dpbf16ps(2, 5, 6);
-            _tile_dpbf16ps(3, 5, 7);
-            _tile_loadd(6, l0 + o, 64);
-            _tile_loadd(7, l0 + blk + o, 64);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_dpbf16ps(1, 4, 7);
-            _tile_dpbf16ps(2, 5, 6);
-            _tile_dpbf16ps(3, 5, 7);
+            load_w(w + (size_t)kb * 32, K, ldw);
+            load_x(h0 + o, blk);
+            dot_2x2();
+            load_x(l0 + o, blk);
+            dot_2x2();
             if (wlo) {
-                _tile_loadd(4, wlo + (size_t)kb * 32, ldw);
-                _tile_loadd(5, wlo + 16 * (size_t)K + (size_t)kb * 32, ldw);
-                _tile_loadd(6, h0 + o, 64);
-                _tile_loadd(7, h0 + blk + o, 64);
-                _tile_dpbf16ps(0, 4, 6);
-                _tile_dpbf16ps(1, 4, 7);
-                _tile_dpbf16ps(2, 5, 6);
-                _tile_dpbf16ps(3, 5, 7);
+                load_w(wlo + (size_t)kb * 32, K, ldw);
+                load_x(h0 + o, blk);
+                dot_2x2();
             }
         }
         _tile_stored(0, &c[0][0], 128);

@@ -557,16 +557,12 @@ lmx_status lmx_model_forward(lmx_model *m, lmx_forward_state *fs, const int32_t 
         return forward_rank(m, m->ranks, fs->ranks, fs->logits_rows, ids, n, pos0, logits, all_positions, err);
     /* the crew has exactly one thread per rank: every rank runs at once,
      * as its all-reduces need */
-    rank_job *j = calloc(1, sizeof *j);
-    if (!j)
-        return lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
-    *j = (rank_job){.m = m, .fs = fs, .ids = ids, .n = n, .pos0 = pos0, .all_positions = all_positions,
-                    .logits = logits};
-    lmx_pool_run(m->crew, m->n_ranks, rank_task, j);
+    rank_job j = {.m = m, .fs = fs, .ids = ids, .n = n, .pos0 = pos0, .all_positions = all_positions,
+                  .logits = logits};
+    lmx_pool_run(m->crew, m->n_ranks, rank_task, &j);
     lmx_status st = LMX_OK;
     for (int r = 0; r < m->n_ranks && !st; r++)
-        if ((st = j->status[r]))
-            lmx_fail(err, st, "rank %d: %s", r, j->errs[r].message);
-    free(j);
+        if ((st = j.status[r]))
+            lmx_fail(err, st, "rank %d: %s", r, j.errs[r].message);
     return st;
 }
