@@ -1,0 +1,64 @@
+/* Device helpers shared by the CUDA kernels; included by backend_cuda.cu
+ * inside its anonymous namespace, like the other cuda_*.cuh files. */
+#pragma once
+
+/* Programmatic dependent launch: every kernel is launched allowed to start
+ * before its predecessor ends (hiding launch gaps, in graphs too), lets its
+ * own successor start at once, and waits for its predecessors' results
+ * with pdl_wait() before touching any memory they read or write. Only
+ * immutable data (weights) may be read before the wait. */
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" :::); }
+
+
+__device__ __forceinline__ float load_w(const void *w, int dt, size_t i)
+{
+    switch (dt) {
+    case LMX_DT_BF16: return __bfloat162float(((const __nv_bfloat16 *)w)[i]);
+    case LMX_DT_F16: return __half2float(((const __half *)w)[i]);
+    default: return ((const float *)w)[i];
+    }
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* The sum of v over the block (blockDim.x a multiple of 32); red holds 32
+ * floats of shared memory. Every thread gets the result. */
+__device__ float block_sum(float v, float *red)
+{
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* red may still be read from an earlier call */
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : 0;
+    return warp_sum(v);
+}
+
+/* Pulls a norm weight (dim elements of dtype dt) toward L2 while the
+ * previous kernel finishes: only for data no kernel writes. */
+__device__ __forceinline__ void prefetch_norm(const void *w, int dt, int dim)
+{
+    size_t bytes = (size_t)dim * (dt == LMX_DT_F32 ? 4 : 2);
+    for (size_t o = (size_t)threadIdx.x * 128; w && o < bytes; o += (size_t)blockDim.x * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)w + o));
+}
+
+__device__ __forceinline__ float norm_w(const void *w, int dt, int j, int plus_one)
+{
+    float wj = load_w(w, dt, j);
+    return plus_one ? 1.0f + wj : wj;
+}
+
+__device__ __forceinline__ float act_fn(float x, int gelu)
+{
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    return gelu ? 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x))) : x / (1.0f + expf(-x));
+}
