@@ -110,6 +110,10 @@ typedef struct lmx_backend_ops {
     /* Prefill chunk (rows per forward step) this backend prefers; 0 = the
      * context's default. */
     int prefill_rows;
+    /* Optional (NULL: alloc): a zeroed KV-cache tensor [rows, cols] in the
+     * precision the backend keeps its cache in; only qk_prepare writes it
+     * and attention reads it. */
+    lmx_tensor *(*alloc_cache)(lmx_backend *be, int rows, int cols, lmx_error *err);
 } lmx_backend_ops;
 
 struct lmx_backend {

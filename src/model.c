@@ -407,10 +407,11 @@ static lmx_status rank_state_init(const lmx_model *m, const lmx_rank *rk, lmx_ra
     rs->v_cache = calloc((size_t)c->n_layers, sizeof *rs->v_cache);
     if (!rs->k_cache || !rs->v_cache)
         return lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
+    lmx_tensor *(*alloc_cache)(lmx_backend *, int, int, lmx_error *) =
+        be->ops->alloc_cache ? be->ops->alloc_cache : be->ops->alloc;
     for (int i = 0; i < c->n_layers; i++) {
         int slots = lmx_model_cache_slots(m, i, n_ctx, max_rows);
-        if (!(rs->k_cache[i] = be->ops->alloc(be, slots, kv, err)) ||
-            !(rs->v_cache[i] = be->ops->alloc(be, slots, kv, err)))
+        if (!(rs->k_cache[i] = alloc_cache(be, slots, kv, err)) || !(rs->v_cache[i] = alloc_cache(be, slots, kv, err)))
             return err ? err->code : LMX_ERR_NOMEM;
     }
     lmx_tensor **t[] = {&rs->x, &rs->h, &rs->o, &rs->q, &rs->att, &rs->k, &rs->v, &rs->gate, &rs->up};
