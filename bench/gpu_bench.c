@@ -110,10 +110,10 @@ static double decode(lmx_model *m, int depth, int gen, int chunk, float *logits)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: gpu_bench DIR [--chunk N] [--gen N] [--gpus N] [--decode-only [--depth N]]\n");
+        fprintf(stderr, "usage: gpu_bench DIR [--chunk N] [--gen N] [--gpus N] [--quant q8|q4] [--decode-only [--depth N]]\n");
         return 2;
     }
-    int chunk = 512, gen = 64, profile = 0, gpus = 0, depth = 0;
+    int chunk = 512, gen = 64, profile = 0, gpus = 0, depth = 0, quant = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--decode-only")) /* decode only, at --depth: variants, profilers */
             profile = 1;
@@ -125,6 +125,10 @@ int main(int argc, char **argv)
             depth = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--gpus") && i + 1 < argc) /* tensor parallel (docs/multi-gpu.md) */
             gpus = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--quant") && i + 1 < argc) { /* quantized on load (docs/quantization.md) */
+            const char *q = argv[++i];
+            quant = atoi(q + (q[0] == 'q'));
+        }
     }
     double bw = profile ? 0 : copy_bandwidth();
     lmx_error err = {0};
@@ -132,6 +136,7 @@ int main(int argc, char **argv)
     o.device = LMX_DEVICE_CUDA;
     o.n_ctx = 4096 + 256;
     o.n_gpus = gpus;
+    o.quant = quant;
     double t0 = now();
     lmx_model *m = lmx_load(argv[1], &o, &err);
     if (!m)
@@ -144,6 +149,8 @@ int main(int argc, char **argv)
     double wbytes = (double)m->weight_bytes;
     if (!c->tied_embeddings)
         wbytes -= (double)c->vocab_size * c->hidden_size * 2;
+    if (quant) /* bf16 checkpoints: 2 bytes an element become bits / 8, plus a float16 scale and bias per 64 */
+        wbytes = wbytes / 2 * (quant / 8.0 + 4.0 / 64);
     double kv_row = 2.0 * c->n_kv_heads * c->head_dim * sizeof(float), kv4096 = 0;
     for (int i = 0; i < c->n_layers; i++)
         kv4096 += kv_row * (c->layers[i].window && c->layers[i].window < 4096 ? c->layers[i].window : 4096);
@@ -155,8 +162,9 @@ int main(int argc, char **argv)
     prefill(m, 64, chunk, logits); /* warm-up: module load, cuBLAS heuristics */
     double p512 = prefill(m, 512, chunk, logits), p4096 = prefill(m, 4096, chunk, logits);
     double d0 = decode(m, 0, gen, chunk, logits), d4096 = decode(m, 4096, gen, chunk, logits);
-    printf("model %s: %s, %.2f GB weights, loaded in %.1f s; copy bandwidth %.0f GB/s (read + write)\n", argv[1],
-           lmx_model_type(m), m->weight_bytes / 1e9, load_s, bw / 1e9);
+    printf("model %s: %s, %.2f GB weights as stored, %s, loaded in %.1f s; copy bandwidth %.0f GB/s (read + write)\n",
+           argv[1], lmx_model_type(m), m->weight_bytes / 1e9, quant == 8 ? "q8" : quant == 4 ? "q4" : "unquantized",
+           load_s, bw / 1e9);
     printf("| prefill 512 | prefill 4096 | decode ctx 0 | decode depth 4096 | decode GB/s ctx 0 (vs copy) | "
            "decode GB/s depth 4096 (vs copy) |\n");
     printf("| %.0f | %.0f | %.1f | %.1f | %.0f (%.0f%%) | %.0f (%.0f%%) |\n", p512, p4096, d0, d4096,

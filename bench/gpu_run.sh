@@ -2,7 +2,8 @@
 # On the GPU machine (device tool): build, run test_cuda, then bench/gpu_bench
 # on synthetic bf16 checkpoints. Usage: bench/gpu_run.sh [MODEL...]
 # (models as in `lmx synth --like`; none = tests only; BENCH_ARGS are passed
-# to gpu_bench, e.g. "--chunk 4096"; COMPARE="VAR=value ..." repeats each
+# to gpu_bench, e.g. "--chunk 4096"; QUANTS="none q8 q4" benches each
+# weight format (default none: as stored); COMPARE="VAR=value ..." repeats each
 # bench with those environment settings; PROFILE=1 adds an Nsight Compute
 # listing of the first kernels of a decode step, $OUT/ncu-MODEL.log).
 # Logs go to $OUT.
@@ -34,7 +35,11 @@ mkdir -p /tmp/lmx-synth
 for m in "$@"; do
     d=/tmp/lmx-synth/$m
     [ -d "$d" ] || ./build-gpu/lmx synth --like "$m" "$d" >/dev/null || exit 1
-    ./build-gpu/gpu_bench "$d" ${BENCH_ARGS:-} 2>&1 | tee -a "$out/bench.log"
+    for q in ${QUANTS:-none}; do
+        qa=()
+        [ "$q" = none ] || qa=(--quant "$q")
+        ./build-gpu/gpu_bench "$d" ${BENCH_ARGS:-} "${qa[@]}" 2>&1 | tee -a "$out/bench.log"
+    done
     if [ "${PROFILE:-0}" = 1 ]; then # kernel by kernel: the first eager decode step
         ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum -c 48 \
             ./build-gpu/gpu_bench "$d" --decode-only --gen 2 >"$out/ncu-$m.log" 2>&1 || echo "ncu failed: $out/ncu-$m.log"

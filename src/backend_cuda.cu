@@ -28,16 +28,23 @@
 
 extern "C" {
 #include "backend_cuda.h"
+#include "quant.h"
+#include "threadpool.h"
 }
 
 struct lmx_tensor {
     int rows, cols;
     lmx_dtype dtype; /* float32 for activations; the stored dtype for weights */
     void *data;      /* device memory, owned */
+    int bits, group; /* q8/q4 weights: 8 or 4, and the group (0: float) */
+    __half *scales, *biases; /* q8/q4: rows x cols / group each, inside data's allocation */
 };
 
 namespace {
 
+/* WBF_ELEMS: prefill with q8/q4 weights dequantizes this many elements at
+ * a time (64 MB of bf16). */
+enum { WBF_ELEMS = 32 << 20 };
 enum { GEMV_ROWS = 8, MAX_IDS = 4096, SPLIT_KEYS = 64, MAX_GRAPHS = 16, MAX_ROPES = 8 };
 enum step_mode { NO_STEP, EAGER, CAPTURE, REPLAY };
 
@@ -88,9 +95,16 @@ struct cuda_backend {
     pending_read *reads;
     int n_reads, reads_cap;
 
+    int quant;     /* weight matrices quantized on upload: 0, 8 or 4 */
+    lmx_pool *pool; /* host threads that quantize (while loading only) */
+
     /* scratch, grown outside graph capture only */
-    __nv_bfloat16 *xbf;
-    size_t xbf_cap;
+    __nv_bfloat16 *xbf, *wbf; /* prefill: x in bf16; q8/q4 weights dequantized */
+    size_t xbf_cap, wbf_cap;
+    int8_t *xq; /* q8/q4 GEMV: x quantized (k_quant_x), then its steps and sums */
+    size_t xq_cap;
+    float *xqd;
+    size_t xqd_cap;
     float *part;
     size_t part_cap;
 
@@ -231,7 +245,58 @@ unsigned blocks_for(size_t n, int threads)
 
 /* Tensors ------------------------------------------------------------------ */
 
+/* Weight rows a host thread quantizes at a time. */
+enum { QUANT_ROWS = 64 };
 
+struct quant_job {
+    const lmx_cpu_weight *src, *dst;
+};
+
+void quant_task(void *ctx, int task, int)
+{
+    const quant_job *j = (const quant_job *)ctx;
+    int r0 = task * QUANT_ROWS, r1 = r0 + QUANT_ROWS < j->src->rows ? r0 + QUANT_ROWS : j->src->rows;
+    lmx_quant_rows(j->src, j->dst, r0, r1);
+}
+
+/* The q8/q4 form of rows x cols floats of dtype dt at src (row stride ld
+ * elements) in one host buffer of *bytes: packed values, scales, biases
+ * (docs/quantization.md). The CPU backend's quantizer, on the backend's
+ * host threads, so that both backends hold the same values. */
+void *quantize_host(cuda_backend *b, const char *src, lmx_dtype dt, int rows, int cols, int ld, int group,
+                    size_t *bytes)
+{
+    size_t es = lmx_dtype_size(dt), qbytes = (size_t)rows * lmx_quant_row_bytes(cols, b->quant);
+    size_t ng = (size_t)rows * (size_t)(cols / group);
+    *bytes = qbytes + 2 * ng * sizeof(uint16_t);
+    char *dense = ld == cols ? (char *)src : (char *)malloc((size_t)rows * cols * es); /* a column slice */
+    char *q = (char *)malloc(*bytes);
+    if (!b->pool)
+        b->pool = lmx_pool_new(0);
+    bool ok = dense && q && b->pool;
+    if (ok && dense != src)
+        ok = cudaMemcpy2D(dense, (size_t)cols * es, src, (size_t)ld * es, (size_t)cols * es, (size_t)rows,
+                          cudaMemcpyHostToHost) == cudaSuccess;
+    if (ok) {
+        lmx_wkind kind = dt == LMX_DT_BF16 ? LMX_WK_BF16 : dt == LMX_DT_F16 ? LMX_WK_F16 : LMX_WK_F32;
+        lmx_cpu_weight from = {kind, rows, cols, dense, NULL, NULL, 0};
+        lmx_cpu_weight to = {b->quant == 8 ? LMX_WK_Q8 : LMX_WK_Q4, rows, cols, q,
+                             (const uint16_t *)(q + qbytes), (const uint16_t *)(q + qbytes) + ng, group};
+        quant_job j = {&from, &to};
+        lmx_pool_run(b->pool, (rows + QUANT_ROWS - 1) / QUANT_ROWS, quant_task, &j);
+    }
+    if (dense != src)
+        free(dense);
+    if (!ok) {
+        free(q);
+        return NULL;
+    }
+    return q;
+}
+
+/* Weight matrices of at least two rows whose rows split into groups are
+ * quantized when the backend quantizes (as on the CPU); the rest upload as
+ * stored. */
 lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice *slice, lmx_error *err)
 {
     cuda_backend *b = cu(be);
@@ -244,16 +309,28 @@ lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice
         lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    *w = lmx_tensor{s.rows, s.cols, t->dtype, NULL};
+    *w = lmx_tensor{s.rows, s.cols, t->dtype, NULL, 0, 0, NULL, NULL};
     size_t es = lmx_dtype_size(t->dtype), row = (size_t)s.cols * es, bytes = row * (size_t)s.rows;
-    cudaError_t e = cudaSetDevice(b->device);
+    const char *src = (const char *)t->data + ((size_t)s.row0 * cols + s.col0) * es;
+    int group = b->quant && t->ndim >= 2 && s.rows >= 2 ? lmx_quant_group(s.cols) : 0;
+    void *q = group ? quantize_host(b, src, t->dtype, s.rows, s.cols, cols, group, &bytes) : NULL;
+    cudaError_t e = group && !q ? cudaErrorMemoryAllocation : cudaSetDevice(b->device);
     if (e == cudaSuccess)
         e = cudaMalloc(&w->data, bytes ? bytes : 1);
-    if (e == cudaSuccess && bytes) /* only the slice is read; on the backend's stream, before every kernel */
-        e = cudaMemcpy2DAsync(w->data, row, (const char *)t->data + ((size_t)s.row0 * cols + s.col0) * es,
-                              (size_t)cols * es, row, (size_t)s.rows, cudaMemcpyHostToDevice, b->stream);
+    if (e == cudaSuccess && q) {
+        e = cudaMemcpy(w->data, q, bytes, cudaMemcpyHostToDevice);
+        size_t qbytes = (size_t)s.rows * lmx_quant_row_bytes(s.cols, b->quant);
+        w->bits = b->quant;
+        w->group = group;
+        w->scales = (__half *)((char *)w->data + qbytes);
+        w->biases = w->scales + (size_t)s.rows * (s.cols / group);
+    } else if (e == cudaSuccess && bytes) { /* only the slice is read; on the backend's stream, before every kernel */
+        e = cudaMemcpy2DAsync(w->data, row, src, (size_t)cols * es, row, (size_t)s.rows, cudaMemcpyHostToDevice,
+                              b->stream);
+    }
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(b->stream);
+    free(q);
     if (e != cudaSuccess) {
         cudaFree(w->data);
         free(w);
@@ -264,6 +341,9 @@ lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice
     }
     return w;
 }
+
+/* A weight as the kernels take it. */
+wview view(const lmx_tensor *t) { return wview{t->data, t->scales, t->biases, (int)t->dtype, t->bits, t->group, t->cols}; }
 
 lmx_tensor *cuda_alloc(lmx_backend *be, int rows, int cols, lmx_error *err)
 {
@@ -323,8 +403,7 @@ void cuda_embed(lmx_backend *be, lmx_tensor *out, const lmx_tensor *table, const
             return;
     }
     dim3 grid(blocks_for((size_t)out->cols, 256) < 64 ? blocks_for((size_t)out->cols, 256) : 64, n_rows);
-    launch(b, k_embed, grid, 256, 0, f32(out), table->data, (int)table->dtype, table->rows, d_ids, first_id,
-           out->cols, scale);
+    launch(b, k_embed, grid, 256, 0, f32(out), view(table), table->rows, d_ids, first_id, scale);
     launched(b, "embed");
 }
 
@@ -343,38 +422,26 @@ void cuda_rmsnorm(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, const l
     launched(b, "rmsnorm");
 }
 
-template <typename W, bool GATED>
-void gemv_launch(cuda_backend *b, const gemv_set &s, const float *x, int K, int nr, int gelu)
+template <typename F, bool GATED> void gemv_launch(cuda_backend *b, const gemv_set &s, const xin &x, int nr, int gelu)
 {
     unsigned grid = (unsigned)((s.end[GATED ? 0 : s.n - 1] + GEMV_WARPS - 1) / GEMV_WARPS);
     int th = GEMV_WARPS * 32;
     if (nr <= 1)
-        launch(b, k_gemv<W, 1, GATED>, grid, th, 0, s, x, K, nr, gelu);
+        launch(b, k_gemv<F, 1, GATED>, grid, th, 0, s, x, nr, gelu);
     else if (nr <= 2)
-        launch(b, k_gemv<W, 2, GATED>, grid, th, 0, s, x, K, nr, gelu);
+        launch(b, k_gemv<F, 2, GATED>, grid, th, 0, s, x, nr, gelu);
     else if (nr <= 4)
-        launch(b, k_gemv<W, 4, GATED>, grid, th, 0, s, x, K, nr, gelu);
+        launch(b, k_gemv<F, 4, GATED>, grid, th, 0, s, x, nr, gelu);
     else
-        launch(b, k_gemv<W, 8, GATED>, grid, th, 0, s, x, K, nr, gelu);
+        launch(b, k_gemv<F, 8, GATED>, grid, th, 0, s, x, nr, gelu);
 }
 
-template <typename W> void gemv_gated(cuda_backend *b, const gemv_set &s, const float *x, int K, int nr, bool gated,
-                                      int gelu)
+template <typename F> void gemv_gated(cuda_backend *b, const gemv_set &s, const xin &x, int nr, bool gated, int gelu)
 {
     if (gated)
-        gemv_launch<W, true>(b, s, x, K, nr, gelu);
+        gemv_launch<F, true>(b, s, x, nr, gelu);
     else
-        gemv_launch<W, false>(b, s, x, K, nr, gelu);
-}
-
-void gemv_dtype(cuda_backend *b, lmx_dtype dt, const gemv_set &s, const float *x, int K, int nr, bool gated, int gelu)
-{
-    if (dt == LMX_DT_BF16)
-        gemv_gated<__nv_bfloat16>(b, s, x, K, nr, gated, gelu);
-    else if (dt == LMX_DT_F16)
-        gemv_gated<__half>(b, s, x, K, nr, gated, gelu);
-    else
-        gemv_gated<float>(b, s, x, K, nr, gated, gelu);
+        gemv_launch<F, false>(b, s, x, nr, gelu);
 }
 
 void gated_act(cuda_backend *b, float *gate, const float *up, size_t n, int gelu)
@@ -383,31 +450,80 @@ void gated_act(cuda_backend *b, float *gate, const float *up, size_t n, int gelu
     launched(b, "gated activation");
 }
 
-/* Up to GEMV_ROWS rows of x against the weights, bandwidth-bound: one launch
- * for all of them when they share a dtype and K fits the 16-byte loads. */
-void gemv(cuda_backend *b, int n, lmx_tensor *const *outs, const float *x, const lmx_tensor *const *ws, size_t row0,
-          int nr, bool gated, int gelu)
+/* The GEMV kernels' 16-byte chunks fit the rows of w. */
+bool chunked(const lmx_tensor *w) { return w->bits || w->cols % (w->dtype == LMX_DT_F32 ? 4 : 8) == 0; }
+
+bool same_format(const lmx_tensor *a, const lmx_tensor *c)
 {
-    int K = ws[0]->cols;
-    lmx_dtype dt = ws[0]->dtype;
-    bool fused = K % (dt == LMX_DT_F32 ? 4 : 8) == 0;
+    return a->dtype == c->dtype && a->bits == c->bits && a->group == c->group;
+}
+
+/* One launch for weights of one format (chunked): x quantized first for
+ * q8/q4. */
+void gemv_one_format(cuda_backend *b, int n, lmx_tensor *const *outs, const float *x, const lmx_tensor *const *ws,
+                     size_t row0, int nr, bool gated, int gelu)
+{
+    const lmx_tensor *w = ws[0];
+    int K = w->cols;
     gemv_set s = {};
     s.n = n;
     for (int i = 0; i < n; i++) {
-        fused = fused && ws[i]->dtype == dt;
         s.w[i] = ws[i]->data;
+        s.sc[i] = ws[i]->scales;
+        s.bi[i] = ws[i]->biases;
         s.out[i] = f32(outs[i]) + row0 * outs[i]->cols;
         s.end[i] = (i ? s.end[i - 1] : 0) + ws[i]->rows;
     }
-    if (fused)
-        gemv_dtype(b, dt, s, x, K, nr, gated, gelu);
-    for (int i = 0; !fused && i < n; i++) {
+    xin xi = {x, NULL, NULL, NULL, K, w->group, w->group ? K / w->group : 0};
+    if (w->bits) {
+        size_t ng = (size_t)nr * xi.ng;
+        if (!grow(b, &b->xq, &b->xq_cap, (size_t)nr * K, "quantized x") ||
+            !grow(b, &b->xqd, &b->xqd_cap, 2 * ng, "quantized x steps"))
+            return;
+        launch(b, k_quant_x, blocks_for(ng * 32, 256), 256, 0, b->xq, b->xqd, b->xqd + ng, x, K, w->group, nr,
+               w->bits == 4 ? 1 : 0);
+        xi.xq = b->xq;
+        xi.xd = b->xqd;
+        xi.xs = b->xqd + ng;
+        if (w->bits == 8)
+            gemv_gated<fmt_quant<8>>(b, s, xi, nr, gated, gelu);
+        else
+            gemv_gated<fmt_quant<4>>(b, s, xi, nr, gated, gelu);
+    } else if (w->dtype == LMX_DT_BF16) {
+        gemv_gated<fmt_float<__nv_bfloat16>>(b, s, xi, nr, gated, gelu);
+    } else if (w->dtype == LMX_DT_F16) {
+        gemv_gated<fmt_float<__half>>(b, s, xi, nr, gated, gelu);
+    } else {
+        gemv_gated<fmt_float<float>>(b, s, xi, nr, gated, gelu);
+    }
+}
+
+/* Up to GEMV_ROWS rows of x against the weights, bandwidth-bound: one launch
+ * for all of them when they share a format. */
+void gemv(cuda_backend *b, int n, lmx_tensor *const *outs, const float *x, const lmx_tensor *const *ws, size_t row0,
+          int nr, bool gated, int gelu)
+{
+    bool fused = chunked(ws[0]);
+    for (int i = 1; i < n; i++)
+        fused = fused && same_format(ws[i], ws[0]);
+    if (fused) {
+        gemv_one_format(b, n, outs, x, ws, row0, nr, gated, gelu);
+        launched(b, "matmul (gemv)");
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        if (chunked(ws[i])) {
+            gemv_one_format(b, 1, outs + i, x, ws + i, row0, nr, false, 0);
+            continue;
+        }
         dim3 grid((unsigned)((ws[i]->rows + GEMV_WARPS - 1) / GEMV_WARPS), nr);
-        launch(b, k_gemv_any, grid, GEMV_WARPS * 32, 0, s.out[i], x, ws[i]->data, ws[i]->dtype, ws[i]->rows, K);
+        launch(b, k_gemv_any, grid, GEMV_WARPS * 32, 0, f32(outs[i]) + row0 * outs[i]->cols, x, ws[i]->data,
+               ws[i]->dtype, ws[i]->rows, ws[i]->cols);
     }
     launched(b, "matmul (gemv)");
-    if (!fused && gated)
-        gated_act(b, s.out[0], s.out[1], (size_t)nr * ws[0]->rows, gelu);
+    if (gated)
+        gated_act(b, f32(outs[0]) + row0 * outs[0]->cols, f32(outs[1]) + row0 * outs[1]->cols,
+                  (size_t)nr * ws[0]->rows, gelu);
 }
 
 /* outs[i] = x * ws[i]^T; gated (n = 2): outs[0] = act(x * ws[0]^T) * (x * ws[1]^T),
@@ -423,7 +539,7 @@ void matmuls(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *
                  ws[i]->rows, ws[i]->cols, outs[i]->cols);
             return;
         }
-        any_f16 = any_f16 || ws[i]->dtype == LMX_DT_F16;
+        any_f16 = any_f16 || (ws[i]->dtype == LMX_DT_F16 && !ws[i]->bits);
     }
     if (n_rows <= GEMV_ROWS || any_f16) {
         /* f16 weights: no tensor-core path (float16 activations could
@@ -439,7 +555,7 @@ void matmuls(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *
     bool have_bf16 = false;
     for (int i = 0; i < n; i++) {
         int N = ws[i]->rows;
-        if (ws[i]->dtype == LMX_DT_F32) {
+        if (ws[i]->dtype == LMX_DT_F32 && !ws[i]->bits) {
             blas_ok(b,
                     cublasSgemm(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n_rows, K, &one, f32(ws[i]), K, f32(x), K,
                                 &zero, f32(outs[i]), N),
@@ -454,12 +570,25 @@ void matmuls(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *
             launched(b, "to bf16");
             have_bf16 = true;
         }
-        /* column-major view: out^T [N, n] = W [K, N]^T . X^T [K, n] */
-        blas_ok(b,
-                cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n_rows, K, &one, ws[i]->data, CUDA_R_16BF, K,
-                             b->xbf, CUDA_R_16BF, K, &zero, f32(outs[i]), CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
-                             CUBLAS_GEMM_DEFAULT),
-                "gemm bf16");
+        /* q8/q4: WBF_ELEMS elements of weight rows at a time dequantized to bf16 */
+        int step = !ws[i]->bits ? N : WBF_ELEMS / K < 1 ? 1 : WBF_ELEMS / K < N ? WBF_ELEMS / K : N;
+        if (ws[i]->bits && !grow(b, &b->wbf, &b->wbf_cap, (size_t)step * K, "dequantized weights"))
+            return;
+        for (int n0 = 0; n0 < N; n0 += step) {
+            int nb = N - n0 < step ? N - n0 : step;
+            const void *w = ws[i]->data;
+            if (ws[i]->bits) {
+                launch(b, k_dequant, blocks_for((size_t)nb * K / 8, 256), 256, 0, b->wbf, view(ws[i]), n0, nb);
+                launched(b, "dequantize");
+                w = b->wbf;
+            }
+            /* column-major view: out^T [N, n] = W [K, N]^T . X^T [K, n] */
+            blas_ok(b,
+                    cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, nb, n_rows, K, &one, w, CUDA_R_16BF, K, b->xbf,
+                                 CUDA_R_16BF, K, &zero, f32(outs[i]) + n0, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT),
+                    "gemm bf16");
+        }
     }
     if (gated)
         gated_act(b, f32(outs[0]), f32(outs[1]), (size_t)n_rows * ws[0]->rows, gelu);
@@ -854,7 +983,12 @@ void cuda_destroy(lmx_backend *be)
     for (int i = 0; i < b->n_ropes; i++)
         cudaFree(b->ropes[i].inv);
     cudaFree(b->xbf);
+    cudaFree(b->wbf);
+    cudaFree(b->xq);
+    cudaFree(b->xqd);
     cudaFree(b->part);
+    if (b->pool)
+        lmx_pool_free(b->pool);
     cudaFree(b->d_step);
     cudaFreeHost(b->h_step);
     cudaFreeHost(b->staging);
@@ -887,8 +1021,12 @@ extern "C" int lmx_backend_cuda_available(void)
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-extern "C" lmx_backend *lmx_backend_cuda_new(int device, lmx_error *err)
+extern "C" lmx_backend *lmx_backend_cuda_new(int device, int quant, lmx_error *err)
 {
+    if (quant != 0 && quant != 8 && quant != 4) {
+        lmx_fail(err, LMX_ERR_ARG, "lmx_load: quant = %d; want 0 (none), 8 or 4", quant);
+        return NULL;
+    }
     if (!have_driver()) {
         lmx_fail(err, LMX_ERR_UNSUPPORTED, "lmx_load: device cuda: no NVIDIA driver (no /dev/nvidiactl)");
         return NULL;
@@ -907,6 +1045,7 @@ extern "C" lmx_backend *lmx_backend_cuda_new(int device, lmx_error *err)
     }
     b->base.ops = &cuda_ops;
     b->device = device;
+    b->quant = quant;
     const char *attn = getenv("LMX_CUDA_ATTN");
     b->simt_attn = attn && !strcmp(attn, "simt");
     pthread_mutex_init(&b->lock, NULL);
@@ -930,14 +1069,14 @@ extern "C" lmx_backend *lmx_backend_cuda_new(int device, lmx_error *err)
     return &b->base;
 }
 
-extern "C" lmx_status lmx_backend_cuda_new_group(int n_ranks, lmx_backend **out, lmx_error *err)
+extern "C" lmx_status lmx_backend_cuda_new_group(int n_ranks, int quant, lmx_backend **out, lmx_error *err)
 {
 #ifdef LMX_HAVE_NCCL
     int n = 0;
     if (!have_driver() || cudaGetDeviceCount(&n) != cudaSuccess || n < n_ranks)
         return lmx_fail(err, LMX_ERR_UNSUPPORTED, "lmx_load: %d GPUs asked for, %d present", n_ranks, n);
     for (int r = 0; r < n_ranks; r++)
-        if (!(out[r] = lmx_backend_cuda_new(r, err))) {
+        if (!(out[r] = lmx_backend_cuda_new(r, quant, err))) {
             while (r--)
                 cuda_destroy(out[r]);
             return err ? err->code : LMX_ERR_UNSUPPORTED;
@@ -959,6 +1098,7 @@ extern "C" lmx_status lmx_backend_cuda_new_group(int n_ranks, lmx_backend **out,
         cu(out[r])->comm = comms[r];
     return LMX_OK;
 #else
+    (void)quant;
     (void)out;
     return lmx_fail(err, LMX_ERR_UNSUPPORTED, "lmx_load: %d GPUs: this lmx was built without NCCL", n_ranks);
 #endif

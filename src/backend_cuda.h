@@ -1,5 +1,5 @@
 /* The CUDA backend (docs/cuda.md): weights uploaded once in their stored
- * dtype, float32 activations and KV cache on the device, decode steps
+ * dtype (or quantized to q8/q4 on the way), float32 activations on the device, decode steps
  * recorded once as CUDA graphs and replayed, prefill matmuls on tensor
  * cores (cuBLAS). Without LMX_HAVE_CUDA the functions below say so. */
 #ifndef LMX_BACKEND_CUDA_H
@@ -16,21 +16,25 @@ extern "C" {
 /* 1 when a CUDA device can be used. Touches the CUDA runtime only when the
  * NVIDIA driver's device node exists, so machines without one pay nothing. */
 int lmx_backend_cuda_available(void);
-/* A backend on CUDA device `device`; NULL and *err filled on failure. */
-lmx_backend *lmx_backend_cuda_new(int device, lmx_error *err);
+/* A backend on CUDA device `device` that quantizes weight matrices to
+ * `quant` bits while uploading them (0 = as stored, 8, 4; quant.h); NULL and
+ * *err filled on failure. */
+lmx_backend *lmx_backend_cuda_new(int device, int quant, lmx_error *err);
 /* Backends on GPUs 0 .. n_ranks - 1 whose all_reduce sums over all of them
  * (NCCL, one communicator per GPU); fails in a build without NCCL. */
-lmx_status lmx_backend_cuda_new_group(int n_ranks, lmx_backend **out, lmx_error *err);
+lmx_status lmx_backend_cuda_new_group(int n_ranks, int quant, lmx_backend **out, lmx_error *err);
 #else
 static inline int lmx_backend_cuda_available(void) { return 0; }
-static inline lmx_backend *lmx_backend_cuda_new(int device, lmx_error *err)
+static inline lmx_backend *lmx_backend_cuda_new(int device, int quant, lmx_error *err)
 {
     (void)device;
+    (void)quant;
     lmx_fail(err, LMX_ERR_UNSUPPORTED, "lmx_load: device cuda: this lmx was built without CUDA");
     return (lmx_backend *)0;
 }
-static inline lmx_status lmx_backend_cuda_new_group(int n_ranks, lmx_backend **out, lmx_error *err)
+static inline lmx_status lmx_backend_cuda_new_group(int n_ranks, int quant, lmx_backend **out, lmx_error *err)
 {
+    (void)quant;
     (void)out;
     return lmx_fail(err, LMX_ERR_UNSUPPORTED, "lmx_load: %d GPUs: this lmx was built without CUDA", n_ranks);
 }

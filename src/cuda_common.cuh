@@ -20,6 +20,26 @@ __device__ __forceinline__ float load_w(const void *w, int dt, size_t i)
     }
 }
 
+/* A weight matrix [rows, cols] as kernels see it: a float dtype, or q8/q4
+ * (bits 8 or 4; docs/quantization.md) with float16 scales and biases a
+ * group of `group` elements. */
+struct wview {
+    const void *data;
+    const __half *scales, *biases;
+    int dt, bits, group, cols;
+};
+
+/* Element (r, c) of w as float. */
+__device__ __forceinline__ float wview_at(const wview &w, size_t r, int c)
+{
+    if (!w.bits)
+        return load_w(w.data, w.dt, r * w.cols + c);
+    const uint8_t *q = (const uint8_t *)w.data + r * (size_t)w.cols * w.bits / 8;
+    int v = w.bits == 8 ? q[c] : (q[c / 2] >> (4 * (c & 1))) & 15;
+    size_t g = r * (size_t)(w.cols / w.group) + c / w.group;
+    return __half2float(w.scales[g]) * (float)v + __half2float(w.biases[g]);
+}
+
 __device__ __forceinline__ float warp_sum(float v)
 {
 #pragma unroll

@@ -52,24 +52,110 @@ template <> struct wvec<float> {
 #endif
 enum { GEMV_WARPS = LMX_GEMV_WARPS, GEMV_UNROLL = LMX_GEMV_UNROLL };
 
-/* acc[m][r] += this lane's share of x[r, :] . wr[m] for r < nr, m < M
- * weight rows: GEMV_UNROLL 16-byte loads per lane and row in flight while
- * the previous batch is summed, weights streamed past L1 (x stays
- * cached). The first batch is loaded before waiting on the previous kernel
- * (weights never change); the wait comes after. */
-template <typename W, int R, int M>
-__device__ __forceinline__ void dot_rows(float (&acc)[M][R], const uint4 *const (&wr)[M], const float *__restrict__ x,
-                                         int K, int nr, int lane)
+/* One weight row as a GEMV streams it: 16-byte chunks, and for q8/q4 the
+ * row's group scales and biases. */
+struct wrow {
+    const uint4 *w;
+    const __half *s, *b;
+};
+
+/* What a GEMV multiplies: nr rows of K floats and, for q8/q4 weights, the
+ * same rows quantized per weight group of G (k_quant_x): xq, the steps xd
+ * and xs = xd * (sum of the group's xq); ng = K / G. */
+struct xin {
+    const float *x;
+    const int8_t *xq;
+    const float *xd, *xs;
+    int K, G, ng;
+};
+
+/* Float weights stored as W: a chunk is wvec<W>::N elements. */
+template <typename W> struct fmt_float {
+    enum { N = wvec<W>::N };
+    template <int R>
+    static __device__ __forceinline__ void dot(float (&acc)[R], uint4 u, const wrow &, const xin &x, int c, int nr)
+    {
+        float f[N];
+        wvec<W>::cvt(u, f);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (r < nr) {
+                const float4 *xr = (const float4 *)(x.x + (size_t)r * x.K + (size_t)c * N);
+#pragma unroll
+                for (int q = 0; q < N / 4; q++) {
+                    float4 xv = __ldg(xr + q);
+                    acc[r] += f[4 * q] * xv.x + f[4 * q + 1] * xv.y + f[4 * q + 2] * xv.z + f[4 * q + 3] * xv.w;
+                }
+            }
+        }
+    }
+};
+
+/* d = a . b + c over 4 byte pairs, a's bytes unsigned and b's signed. */
+__device__ __forceinline__ int dp4a_us(unsigned a, int b, int c)
 {
-    constexpr int V = wvec<W>::N, U = GEMV_UNROLL;
-    int nv = K / V;
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+/* q8/q4 weights (docs/quantization.md): a chunk is 16 or 32 elements of one
+ * group. The group's sum is xd * (s * (q . xq) + b * sum(xq)) as on the
+ * CPU: an exact integer dot product, then the scale; the bias term once per
+ * group, from its first chunk. q4: a 32-bit word holds 8 elements, the low
+ * nibbles the even ones; k_quant_x stores x's runs of 8 evens first to
+ * match. */
+template <int BITS> struct fmt_quant {
+    enum { N = 128 / BITS };
+    template <int R>
+    static __device__ __forceinline__ void dot(float (&acc)[R], uint4 u, const wrow &w, const xin &x, int c, int nr)
+    {
+        int k = c * N, g = k / x.G;
+        float s = __half2float(w.s[g]), b = k % x.G == 0 ? __half2float(w.b[g]) : 0.0f;
+        const unsigned m = 0x0f0f0f0fu;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (r < nr) {
+                const int4 *xq = (const int4 *)(x.xq + (size_t)r * x.K + k);
+                int4 a = __ldg(xq);
+                int d;
+                if (BITS == 8) {
+                    d = dp4a_us(u.w, a.w, dp4a_us(u.z, a.z, dp4a_us(u.y, a.y, dp4a_us(u.x, a.x, 0))));
+                } else {
+                    int4 a2 = __ldg(xq + 1);
+                    d = dp4a_us(u.x & m, a.x, 0);
+                    d = dp4a_us((u.x >> 4) & m, a.y, d);
+                    d = dp4a_us(u.y & m, a.z, d);
+                    d = dp4a_us((u.y >> 4) & m, a.w, d);
+                    d = dp4a_us(u.z & m, a2.x, d);
+                    d = dp4a_us((u.z >> 4) & m, a2.y, d);
+                    d = dp4a_us(u.w & m, a2.z, d);
+                    d = dp4a_us((u.w >> 4) & m, a2.w, d);
+                }
+                size_t gi = (size_t)r * x.ng + g;
+                acc[r] += __ldg(x.xd + gi) * (s * (float)d) + b * __ldg(x.xs + gi);
+            }
+        }
+    }
+};
+
+/* acc[m][r] += this lane's share of x[r, :] . wr[m] for r < nr, m < M
+ * weight rows of nv chunks: GEMV_UNROLL 16-byte loads per lane and row in
+ * flight while the previous batch is summed, weights streamed past L1 (x
+ * stays cached). The first batch is loaded before waiting on the previous
+ * kernel (weights never change); the wait comes after. */
+template <typename F, int R, int M>
+__device__ __forceinline__ void dot_rows(float (&acc)[M][R], const wrow (&wr)[M], const xin &x, int nv, int nr,
+                                         int lane)
+{
+    constexpr int U = GEMV_UNROLL;
     uint4 u[M][U];
 #pragma unroll
     for (int j = 0; j < U; j++)
 #pragma unroll
         for (int m = 0; m < M; m++)
             if (lane + 32 * j < nv)
-                u[m][j] = __ldcs(wr[m] + lane + 32 * j);
+                u[m][j] = __ldcs(wr[m].w + lane + 32 * j);
     pdl_wait();
     pdl_trigger();
     for (int i = lane; i < nv; i += 32 * U) {
@@ -80,50 +166,47 @@ __device__ __forceinline__ void dot_rows(float (&acc)[M][R], const uint4 *const 
             for (int m = 0; m < M; m++) {
                 cur[m][j] = u[m][j];
                 if (i + 32 * (U + j) < nv)
-                    u[m][j] = __ldcs(wr[m] + i + 32 * (U + j));
+                    u[m][j] = __ldcs(wr[m].w + i + 32 * (U + j));
             }
 #pragma unroll
         for (int j = 0; j < U; j++) {
             if (i + 32 * j >= nv)
                 break;
-            int k = (i + 32 * j) * V;
 #pragma unroll
-            for (int m = 0; m < M; m++) {
-                float f[V];
-                wvec<W>::cvt(cur[m][j], f);
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    if (r < nr) {
-                        const float4 *xr = (const float4 *)(x + (size_t)r * K + k);
-#pragma unroll
-                        for (int q = 0; q < V / 4; q++) {
-                            float4 xv = __ldg(xr + q);
-                            acc[m][r] += f[4 * q] * xv.x + f[4 * q + 1] * xv.y + f[4 * q + 2] * xv.z +
-                                         f[4 * q + 3] * xv.w;
-                        }
-                    }
-                }
-            }
+            for (int m = 0; m < M; m++)
+                F::template dot<R>(acc[m], cur[m][j], wr[m], x, i + 32 * j, nr);
         }
     }
 }
 
-/* Weights of one dtype and K multiplied by one x in one launch: their rows
- * are numbered one after another (end: cumulative row counts). */
+/* Weights of one format and K multiplied by one x in one launch: their rows
+ * are numbered one after another (end: cumulative row counts); sc/bi: q8/q4
+ * scales and biases. */
 struct gemv_set {
     const void *w[LMX_MAX_MULTI];
+    const __half *sc[LMX_MAX_MULTI], *bi[LMX_MAX_MULTI];
     float *out[LMX_MAX_MULTI];
     int end[LMX_MAX_MULTI];
     int n;
 };
 
+/* Weight row `row` of s's weight j: its chunks (nv a row) and groups. */
+__device__ __forceinline__ wrow row_of(const gemv_set &s, int j, int row, int nv, int ng)
+{
+    wrow r = {(const uint4 *)s.w[j] + (size_t)row * nv, NULL, NULL};
+    if (s.sc[j]) {
+        r.s = s.sc[j] + (size_t)row * ng;
+        r.b = s.bi[j] + (size_t)row * ng;
+    }
+    return r;
+}
+
 /* out[r, n] = x[r, :] . w[n, :] for r < nr <= R, one warp per weight row,
- * float32 accumulation; needs K % wvec<W>::N == 0. GATED: s holds gate and
- * up, and each warp computes out[0] = act(x . gate) * (x . up) for one row
- * of both. */
-template <typename W, int R, bool GATED>
-__global__ void __launch_bounds__(GEMV_WARPS * 32)
-    k_gemv(gemv_set s, const float *__restrict__ x, int K, int nr, int gelu)
+ * float32 accumulation; needs K % F::N == 0. GATED: s holds gate and up,
+ * and each warp computes out[0] = act(x . gate) * (x . up) for one row of
+ * both. */
+template <typename F, int R, bool GATED>
+__global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_set s, xin x, int nr, int gelu)
 {
     constexpr int M = GATED ? 2 : 1;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -131,28 +214,28 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     if (n >= s.end[GATED ? 0 : s.n - 1])
         return;
     /* which weight row n is (constant indices keep s out of local memory) */
-    const W *w = (const W *)s.w[0];
+    int j = 0, row = n, N = s.end[0];
     float *out = s.out[0];
-    int row = n, N = s.end[0];
 #pragma unroll
-    for (int j = 1; j < LMX_MAX_MULTI; j++)
-        if (!GATED && j < s.n && n >= s.end[j - 1]) {
-            w = (const W *)s.w[j];
-            out = s.out[j];
-            row = n - s.end[j - 1];
-            N = s.end[j] - s.end[j - 1];
+    for (int i = 1; i < LMX_MAX_MULTI; i++)
+        if (!GATED && i < s.n && n >= s.end[i - 1]) {
+            j = i;
+            out = s.out[i];
+            row = n - s.end[i - 1];
+            N = s.end[i] - s.end[i - 1];
         }
-    const uint4 *wr[M];
-    wr[0] = (const uint4 *)(w + (size_t)row * K);
+    int nv = x.K / F::N;
+    wrow wr[M];
+    wr[0] = row_of(s, j, row, nv, x.ng);
     if (GATED)
-        wr[M - 1] = (const uint4 *)((const W *)s.w[1] + (size_t)row * K);
+        wr[M - 1] = row_of(s, 1, row, nv, x.ng);
     float acc[M][R];
 #pragma unroll
     for (int m = 0; m < M; m++)
 #pragma unroll
         for (int r = 0; r < R; r++)
             acc[m][r] = 0;
-    dot_rows<W, R, M>(acc, wr, x, K, nr, lane);
+    dot_rows<F, R, M>(acc, wr, x, nv, nr, lane);
 #pragma unroll
     for (int r = 0; r < R; r++) {
         float v = warp_sum(acc[0][r]);
@@ -160,6 +243,75 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
             v = act_fn(v, gelu) * warp_sum(acc[M - 1][r]);
         if (lane == 0 && r < nr)
             out[(size_t)r * N + row] = v;
+    }
+}
+
+/* x quantized for the q8/q4 GEMV, one warp per (row, group of G <= 64):
+ * step xd = max|x| / 127, xq = round(x / xd) (half away from zero, as the
+ * CPU's quant_x), xs = xd * sum(xq). q4 (q4order): every run of 8 values
+ * stored evens, then odds, as the nibbles of a weight word pair them. */
+__global__ void k_quant_x(int8_t *xq, float *xd, float *xs, const float *x, int K, int G, int nr, int q4order)
+{
+    pdl_wait();
+    pdl_trigger();
+    int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
+    int ng = K / G;
+    if (warp >= nr * ng)
+        return;
+    int r = warp / ng, g = warp % ng;
+    const float *xg = x + (size_t)r * K + (size_t)g * G;
+    float v[2] = {xg[lane], G > 32 ? xg[lane + 32] : 0.0f};
+    float mx = fmaxf(fabsf(v[0]), fabsf(v[1]));
+#pragma unroll
+    for (int o = 16; o; o >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float inv = mx > 0 ? 127.0f / mx : 0.0f;
+    int8_t *dst = xq + (size_t)r * K + (size_t)g * G;
+    int sum = 0;
+    for (int h = 0; h < (G > 32 ? 2 : 1); h++) {
+        int q = (int)roundf(fminf(fmaxf(v[h] * inv, -127.0f), 127.0f)), k = lane + 32 * h;
+        sum += q;
+        dst[q4order ? (k & ~7) + (k & 1) * 4 + ((k & 7) >> 1) : k] = (int8_t)q;
+    }
+#pragma unroll
+    for (int o = 16; o; o >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) {
+        xd[(size_t)r * ng + g] = mx / 127.0f;
+        xs[(size_t)r * ng + g] = mx / 127.0f * (float)sum;
+    }
+}
+
+/* Rows [r0, r0 + nr) of q8/q4 weights as bf16 (prefill: the tensor cores
+ * take them from there), 8 elements a thread. */
+__global__ void k_dequant(__nv_bfloat16 *dst, wview w, int r0, int nr)
+{
+    pdl_wait(); /* dst may still be read by the previous product */
+    pdl_trigger();
+    size_t n8 = (size_t)nr * w.cols / 8;
+    int ng = w.cols / w.group;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n8; i += (size_t)gridDim.x * blockDim.x) {
+        size_t e = i * 8, r = r0 + e / w.cols;
+        int c = (int)(e % w.cols);
+        size_t g = r * ng + c / w.group;
+        float s = __half2float(w.scales[g]), b = __half2float(w.biases[g]);
+        const uint8_t *row = (const uint8_t *)w.data + r * (size_t)w.cols * w.bits / 8;
+        unsigned q[8];
+        if (w.bits == 8) {
+            uint2 v = *(const uint2 *)(row + c);
+            for (int k = 0; k < 4; k++) {
+                q[k] = (v.x >> (8 * k)) & 255;
+                q[k + 4] = (v.y >> (8 * k)) & 255;
+            }
+        } else {
+            unsigned v = *(const unsigned *)(row + c / 2);
+            for (int k = 0; k < 8; k++)
+                q[k] = (v >> (4 * k)) & 15;
+        }
+        __nv_bfloat162 out[4];
+        for (int k = 0; k < 4; k++)
+            out[k] = __floats2bfloat162_rn(s * (float)q[2 * k] + b, s * (float)q[2 * k + 1] + b);
+        *(uint4 *)(dst + e) = *(const uint4 *)out;
     }
 }
 

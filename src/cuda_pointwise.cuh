@@ -3,16 +3,14 @@
 #pragma once
 
 /* Rows of ids outside [first_id, first_id + rows) are zero. */
-__global__ void k_embed(float *out, const void *table, int dt, int rows, const int *ids, int first_id, int cols,
-                        float scale)
+__global__ void k_embed(float *out, wview table, int rows, const int *ids, int first_id, float scale)
 {
     pdl_wait();
     pdl_trigger();
-    int i = blockIdx.y, id = ids[i] - first_id;
+    int i = blockIdx.y, id = ids[i] - first_id, cols = table.cols;
     bool mine = id >= 0 && id < rows;
-    size_t row = mine ? (size_t)id * cols : 0;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
-        out[(size_t)i * cols + c] = mine ? load_w(table, dt, row + c) * scale : 0.0f;
+        out[(size_t)i * cols + c] = mine ? wview_at(table, (size_t)id, c) * scale : 0.0f;
 }
 
 /* One block per dim-long vector. */

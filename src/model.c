@@ -191,8 +191,7 @@ static lmx_status load_tokenizer(lmx_model *m, const char *dir, lmx_error *err)
     return present ? lmx_tokenizer_load(dir, &m->tok, err) : LMX_OK;
 }
 
-/* The backends o->device asks for (lmx.h: LMX_DEVICE_*), one per rank.
- * Quantized weights are CPU-only for now, so AUTO with quant picks the CPU. */
+/* The backends o->device asks for (lmx.h: LMX_DEVICE_*), one per rank. */
 static lmx_status new_backends(const lmx_load_options *o, int n_ranks, lmx_backend **out, lmx_error *err)
 {
     int dev = o->device;
@@ -203,7 +202,7 @@ static lmx_status new_backends(const lmx_load_options *o, int n_ranks, lmx_backe
         if (env && *env)
             dev = strcmp(env, "cuda") ? LMX_DEVICE_CPU : LMX_DEVICE_CUDA;
         else
-            dev = !o->quant && lmx_backend_cuda_available() ? LMX_DEVICE_CUDA : LMX_DEVICE_CPU;
+            dev = lmx_backend_cuda_available() ? LMX_DEVICE_CUDA : LMX_DEVICE_CPU;
     }
     if (dev == LMX_DEVICE_CPU && n_ranks == 1)
         return (out[0] = lmx_backend_cpu_new(o->n_threads, o->quant, err)) ? LMX_OK : err ? err->code : LMX_ERR_NOMEM;
@@ -214,12 +213,9 @@ static lmx_status new_backends(const lmx_load_options *o, int n_ranks, lmx_backe
     }
     if (dev != LMX_DEVICE_CUDA)
         return lmx_fail(err, LMX_ERR_ARG, "lmx_load: device = %d; want LMX_DEVICE_AUTO, _CPU or _CUDA", dev);
-    if (o->quant)
-        return lmx_fail(err, LMX_ERR_UNSUPPORTED, "lmx_load: quant = %d is CPU-only; the CUDA backend runs "
-                        "weights as stored", o->quant);
     if (n_ranks == 1)
-        return (out[0] = lmx_backend_cuda_new(0, err)) ? LMX_OK : err ? err->code : LMX_ERR_UNSUPPORTED;
-    return lmx_backend_cuda_new_group(n_ranks, out, err);
+        return (out[0] = lmx_backend_cuda_new(0, o->quant, err)) ? LMX_OK : err ? err->code : LMX_ERR_UNSUPPORTED;
+    return lmx_backend_cuda_new_group(n_ranks, o->quant, out, err);
 }
 
 /* The ranks: their plans, backends and weights; a thread each when several. */

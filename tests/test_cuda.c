@@ -210,6 +210,64 @@ static void check_elementwise(pair *p)
     drop(p, &h);
 }
 
+/* Random float32 rows [rows, cols] made one row at a time (a one-row
+ * weight stays float on a quantizing backend), copied into an activation. */
+static both activations(pair *p, int rows, int cols, float amp)
+{
+    both x = output(p, rows, cols);
+    for (int r = 0; r < rows; r++) {
+        both row = input(p, 1, cols, LMX_DT_F32, amp);
+        p->cpu->ops->copy_rows(p->cpu, x.c, r, row.c, 0, 1);
+        p->gpu->ops->copy_rows(p->gpu, x.g, r, row.g, 0, 1);
+        drop(p, &row);
+    }
+    return x;
+}
+
+/* Backends that quantize (q8 or q4) on both sides: the same packed weights
+ * (one quantizer). Decode rows: both quantize x to 8 bits per group alike;
+ * prefill rows: the GPU runs bf16 activations against the weights
+ * dequantized to bf16, the CPU float32 ones. 1e-2 is the bf16 bound of
+ * check_matmul; a packing or scale error is of the order of the result. */
+static void check_quantized(pair *p, int bits)
+{
+    const int rows[] = {1, 3, 8, 9, 64}, K = 1024, Ns[3] = {512, 128, 135};
+    both x = activations(p, 64, K, 1.0f), w[3], o[3];
+    for (int i = 0; i < 3; i++) {
+        w[i] = input(p, Ns[i], K, i == 2 ? LMX_DT_F16 : LMX_DT_BF16, 0.05f);
+        o[i] = output(p, 64, Ns[i]);
+    }
+    both up = output(p, 64, Ns[0]), w_up = input(p, Ns[0], K, LMX_DT_BF16, 0.05f), e = output(p, 5, K);
+    lmx_tensor *oc[3] = {o[0].c, o[1].c, o[2].c}, *og[3] = {o[0].g, o[1].g, o[2].g};
+    const lmx_tensor *wc[3] = {w[0].c, w[1].c, w[2].c}, *wg[3] = {w[0].g, w[1].g, w[2].g};
+    char what[96];
+    for (int r = 0; r < 5; r++) {
+        p->cpu->ops->matmul_multi(p->cpu, 3, oc, x.c, wc, rows[r]);
+        p->gpu->ops->matmul_multi(p->gpu, 3, og, x.g, wg, rows[r]);
+        for (int i = 0; i < 3; i++) {
+            snprintf(what, sizeof what, "q%d matmul_multi rows %d output %d", bits, rows[r], i);
+            same(p, &o[i], rows[r], 1e-2f, what);
+        }
+        p->cpu->ops->gated_mlp(p->cpu, o[0].c, up.c, x.c, w[0].c, w_up.c, rows[r], LMX_ACT_SILU);
+        p->gpu->ops->gated_mlp(p->gpu, o[0].g, up.g, x.g, w[0].g, w_up.g, rows[r], LMX_ACT_SILU);
+        snprintf(what, sizeof what, "q%d gated_mlp rows %d", bits, rows[r]);
+        same(p, &o[0], rows[r], 1e-2f, what);
+    }
+    const int32_t ids[5] = {4, 0, 511, 1, 2};
+    p->cpu->ops->embed(p->cpu, e.c, w[0].c, ids, 5, 1.5f, 1); /* rows of the quantized table; id 0: zero */
+    p->gpu->ops->embed(p->gpu, e.g, w[0].g, ids, 5, 1.5f, 1);
+    snprintf(what, sizeof what, "q%d embed", bits);
+    same(p, &e, 5, 1e-6f, what);
+    drop(p, &x);
+    drop(p, &up);
+    drop(p, &w_up);
+    drop(p, &e);
+    for (int i = 0; i < 3; i++) {
+        drop(p, &w[i]);
+        drop(p, &o[i]);
+    }
+}
+
 /* Attention over a cache filled by qk_prepare (q/k norms, RoPE at large
  * positions with two RoPE settings), wrapped around its ring: decode
  * (split-K) and prefill rows, global and sliding, with softcap. */
@@ -364,6 +422,57 @@ static void check_fixture(const char *name)
     lmx_close(m);
 }
 
+/* A fixture quantized on load on both devices: logits of the CUDA model
+ * against the CPU model's, whole prompt (prefill) and token by token
+ * (graph replay), within LOGIT_TOL. */
+static void check_fixture_quantized(const char *name, int bits)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", LMX_TEST_DATA, name);
+    lmx_model *m[2] = {NULL, NULL};
+    for (int d = 0; d < 2; d++) {
+        lmx_load_options o = lmx_load_defaults();
+        o.device = d ? LMX_DEVICE_CUDA : LMX_DEVICE_CPU;
+        o.quant = bits;
+        lmx_error err = {0};
+        m[d] = lmx_load(dir, &o, &err);
+        CHECK(m[d] != NULL, "load %s q%d: %s", name, bits, err.message);
+    }
+    enum { L = 20 };
+    int V = m[0] && m[1] ? lmx_model_vocab_size(m[0]) : 0;
+    int32_t ids[L];
+    for (int i = 0; i < L; i++)
+        ids[i] = (int32_t)((i * 7919u + 17u) % (unsigned)(V ? V : 1));
+    float *lg[2] = {malloc((size_t)L * V * sizeof(float) + 1), malloc((size_t)L * V * sizeof(float) + 1)};
+    for (int one = 0; V && one < 2; one++) {
+        for (int d = 0; d < 2; d++) {
+            lmx_error err = {0};
+            lmx_context *c = lmx_context_new(m[d], 64, &err);
+            for (int i = 0; c && i < (one ? L : 1); i++)
+                CHECK(lmx_context_eval(c, ids + i, one ? 1 : L, lg[d] + (size_t)i * V, 1, &err) == LMX_OK,
+                      "eval: %s", err.message);
+            CHECK(c != NULL, "context: %s", err.message);
+            lmx_context_free(c);
+        }
+        float worst = 0;
+        for (int p = 0; p < L; p++) {
+            const float *c = lg[0] + (size_t)p * V, *g = lg[1] + (size_t)p * V;
+            float err = 0;
+            for (int i = 0; i < V; i++)
+                err = fmaxf(err, isfinite(g[i]) ? fabsf(g[i] - c[i]) : INFINITY);
+            worst = fmaxf(worst, err / fmaxf(1.0f, test_max_abs(c, (size_t)V)));
+        }
+        printf("cuda %s q%d %s: worst relative error against the CPU %.2e\n", name, bits,
+               one ? "token by token" : "whole", worst);
+        CHECK(worst <= LOGIT_TOL, "cuda %s q%d %s: relative error %g > %g", name, bits, one ? "decode" : "prefill",
+              worst, LOGIT_TOL);
+    }
+    free(lg[0]);
+    free(lg[1]);
+    lmx_close(m[0]);
+    lmx_close(m[1]);
+}
+
 int main(void)
 {
     if (!lmx_backend_cuda_available()) {
@@ -377,7 +486,7 @@ int main(void)
     lmx_error err = {0};
     pair p = {lmx_backend_cpu_new(0, 0, &err), NULL};
     if (p.cpu)
-        p.gpu = lmx_backend_cuda_new(0, &err);
+        p.gpu = lmx_backend_cuda_new(0, 0, &err);
     CHECK(p.cpu && p.gpu, "backends: %s", err.message);
     if (p.cpu && p.gpu) {
         check_matmul(&p);
@@ -389,6 +498,20 @@ int main(void)
         p.gpu->ops->destroy(p.gpu);
     if (p.cpu)
         p.cpu->ops->destroy(p.cpu);
+    for (int bits = 8; bits >= 4; bits -= 4) {
+        pair q = {lmx_backend_cpu_new(0, bits, &err), NULL};
+        if (q.cpu)
+            q.gpu = lmx_backend_cuda_new(0, bits, &err);
+        CHECK(q.cpu && q.gpu, "quantizing backends: %s", err.message);
+        if (q.cpu && q.gpu)
+            check_quantized(&q, bits);
+        if (q.gpu)
+            q.gpu->ops->destroy(q.gpu);
+        if (q.cpu)
+            q.cpu->ops->destroy(q.cpu);
+        check_fixture_quantized("qwen3-small", bits);
+        check_fixture_quantized("gemma3-small", bits);
+    }
     check_fixture("qwen3-small");
     check_fixture("gemma3-small");
     check_fixture("qwen3-tiny");
