@@ -151,7 +151,7 @@ int main(int argc, char **argv)
         wbytes -= (double)c->vocab_size * c->hidden_size * 2;
     if (quant) /* bf16 checkpoints: 2 bytes an element become bits / 8, plus a float16 scale and bias per 64 */
         wbytes = wbytes / 2 * (quant / 8.0 + 4.0 / 64);
-    double kv_row = 2.0 * c->n_kv_heads * c->head_dim * sizeof(float), kv4096 = 0;
+    double kv_row = 2.0 * c->n_kv_heads * c->head_dim * 2, kv4096 = 0; /* K and V in bf16 */
     for (int i = 0; i < c->n_layers; i++)
         kv4096 += kv_row * (c->layers[i].window && c->layers[i].window < 4096 ? c->layers[i].window : 4096);
     if (profile) {

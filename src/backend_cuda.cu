@@ -1,9 +1,9 @@
 /* The CUDA backend: every op of backend.h on one stream of one device.
  *
- * Weights keep their stored dtype (bf16/f16/f32); activations and the KV
- * cache are float32. Matmuls of up to GEMV_ROWS rows (decode) run a
- * bandwidth-bound kernel that streams the weights once with 16-byte loads
- * and accumulates in float32; larger ones (prefill) go to cuBLAS: bf16
+ * Weights keep their stored dtype (bf16/f16/f32); activations are float32,
+ * the KV cache bf16 (alloc_cache). Matmuls of up to GEMV_ROWS rows (decode)
+ * run a bandwidth-bound kernel that streams the weights once with 16-byte
+ * loads and accumulates in float32; larger ones (prefill) go to cuBLAS: bf16
  * weights on tensor cores (activations rounded to bf16, float32
  * accumulation), f32 weights in plain float32.
  *
@@ -45,7 +45,7 @@ namespace {
 /* WBF_ELEMS: prefill with q8/q4 weights dequantizes this many elements at
  * a time (64 MB of bf16). */
 enum { WBF_ELEMS = 32 << 20 };
-enum { GEMV_ROWS = 8, MAX_IDS = 4096, SPLIT_KEYS = 64, MAX_GRAPHS = 16, MAX_ROPES = 8 };
+enum { GEMV_ROWS = 8, MAX_IDS = 4096, MAX_GRAPHS = 16, MAX_ROPES = 8 };
 enum step_mode { NO_STEP, EAGER, CAPTURE, REPLAY };
 
 struct graph_entry {
@@ -72,6 +72,7 @@ struct pending_read {
 struct cuda_backend {
     lmx_backend base;
     int device;
+    int sms; /* multiprocessors: decode attention sizes its splits by them */
     cudaStream_t stream;
     cublasHandle_t blas;
     pthread_mutex_t lock; /* held from step_begin to step_end */
@@ -345,10 +346,11 @@ lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice
 /* A weight as the kernels take it. */
 wview view(const lmx_tensor *t) { return wview{t->data, t->scales, t->biases, (int)t->dtype, t->bits, t->group, t->cols}; }
 
-lmx_tensor *cuda_alloc(lmx_backend *be, int rows, int cols, lmx_error *err)
+/* A zeroed [rows, cols] tensor of dtype dt (float32 or bf16). */
+lmx_tensor *alloc_zeroed(lmx_backend *be, int rows, int cols, lmx_dtype dt, const char *what, lmx_error *err)
 {
     lmx_tensor *t = (lmx_tensor *)calloc(1, sizeof *t);
-    size_t bytes = (size_t)rows * (size_t)cols * sizeof(float);
+    size_t bytes = (size_t)rows * (size_t)cols * lmx_dtype_size(dt);
     cudaError_t e = t ? cudaSetDevice(cu(be)->device) : cudaErrorMemoryAllocation;
     if (e == cudaSuccess)
         e = cudaMalloc(&t->data, bytes ? bytes : 1);
@@ -359,13 +361,24 @@ lmx_tensor *cuda_alloc(lmx_backend *be, int rows, int cols, lmx_error *err)
             cudaFree(t->data);
         free(t);
         lmx_fail(err, e == cudaErrorMemoryAllocation ? LMX_ERR_NOMEM : LMX_ERR_INTERNAL,
-                 "cuda: cannot allocate a %d x %d activation tensor: %s", rows, cols, cudaGetErrorString(e));
+                 "cuda: cannot allocate a %d x %d %s tensor: %s", rows, cols, what, cudaGetErrorString(e));
         return NULL;
     }
     t->rows = rows;
     t->cols = cols;
-    t->dtype = LMX_DT_F32;
+    t->dtype = dt;
     return t;
+}
+
+lmx_tensor *cuda_alloc(lmx_backend *be, int rows, int cols, lmx_error *err)
+{
+    return alloc_zeroed(be, rows, cols, LMX_DT_F32, "activation", err);
+}
+
+/* The KV cache in bf16: half the bytes attention reads (docs/cuda.md). */
+lmx_tensor *cuda_alloc_cache(lmx_backend *be, int rows, int cols, lmx_error *err)
+{
+    return alloc_zeroed(be, rows, cols, LMX_DT_BF16, "KV cache", err);
 }
 
 void cuda_free(lmx_backend *be, lmx_tensor *t)
@@ -675,7 +688,8 @@ void cuda_qk_prepare(lmx_backend *be, lmx_tensor *q, lmx_tensor *k, const lmx_te
     if (skip)
         return;
     if (head_dim % 2 || head_dim > 1024 || q_norm->cols != head_dim || k_norm->cols != head_dim ||
-        k->cols != v->cols || kc->cols != k->cols || vc->cols != k->cols) {
+        k->cols != v->cols || kc->cols != k->cols || vc->cols != k->cols || kc->dtype != LMX_DT_BF16 ||
+        vc->dtype != LMX_DT_BF16) {
         fail(b, LMX_ERR_INTERNAL, "cuda: qk_prepare of head_dim %d, norms of %d and %d", head_dim, q_norm->cols,
              k_norm->cols);
         return;
@@ -683,11 +697,59 @@ void cuda_qk_prepare(lmx_backend *be, lmx_tensor *q, lmx_tensor *k, const lmx_te
     const float *inv = rope_inv(b, head_dim, rope);
     if (!inv)
         return;
+    bf16 *kcd = (bf16 *)kc->data, *vcd = (bf16 *)vc->data;
     dim3 grid((unsigned)(q->cols / head_dim + k->cols / head_dim), (unsigned)n_rows);
     launch(b, k_qk_prepare, grid, (head_dim + 31) / 32 * 32, (size_t)head_dim * sizeof(float), f32(q), f32(k),
-           f32(v), q_norm->data, (int)q_norm->dtype, k_norm->data, (int)k_norm->dtype, f32(kc), f32(vc), inv,
+           f32(v), q_norm->data, (int)q_norm->dtype, k_norm->data, (int)k_norm->dtype, kcd, vcd, inv,
            head_dim, q->cols / head_dim, k->cols / head_dim, kc->rows, step_pos(b, pos0), pos0, eps, plus_one);
     launched(b, "qk_prepare");
+}
+
+/* The attention kernels' shared memory beyond the default 48 KB, set once
+ * per device (never while a graph is being captured). */
+cudaError_t attention_init(void)
+{
+    const struct {
+        const void *k;
+        size_t shm;
+    } ks[] = {{(const void *)k_attn_dec<64>, dec_shm(64)},      {(const void *)k_attn_dec<128>, dec_shm(128)},
+              {(const void *)k_attn_dec<256>, dec_shm(256)},    {(const void *)k_attn_fa<64>, fa_shm(64)},
+              {(const void *)k_attn_fa<128>, fa_shm(128)},      {(const void *)k_attn_prefill<2>, prefill_shm(64)},
+              {(const void *)k_attn_prefill<4>, prefill_shm(128)}, {(const void *)k_attn_prefill<8>, prefill_shm(256)}};
+    cudaError_t e = cudaSuccess;
+    for (size_t i = 0; i < sizeof ks / sizeof *ks && e == cudaSuccess; i++)
+        e = cudaFuncSetAttribute(ks[i].k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ks[i].shm);
+    return e;
+}
+
+/* Decode attention (up to GEMV_ROWS rows): k_attn_dec over a fixed number
+ * of key splits, then their merge. */
+void attention_decode(cuda_backend *b, lmx_tensor *out, const lmx_tensor *q, const lmx_tensor *kc,
+                      const lmx_tensor *vc, const lmx_attn_params *p, const int *dpos)
+{
+    int hd = p->head_dim, HD = hd <= 64 ? 64 : hd <= 128 ? 128 : 256;
+    int groups = p->n_kv_heads * ((p->n_heads / p->n_kv_heads * p->n_rows + 15) / 16);
+    /* About one block per multiprocessor, never more splits than the cache
+     * has chunks for (each split takes DEC_WARPS chunks at a time); the
+     * grid depends on the cache's size only, not on the position. */
+    int chunks = (kc->rows + DEC_KEYS - 1) / DEC_KEYS, nsplit = (b->sms + groups - 1) / groups;
+    nsplit = nsplit < (chunks + DEC_WARPS - 1) / DEC_WARPS ? nsplit : (chunks + DEC_WARPS - 1) / DEC_WARPS;
+    nsplit = nsplit < 1 ? 1 : nsplit;
+    if (nsplit > 1 &&
+        !grow(b, &b->part, &b->part_cap, (size_t)p->n_rows * p->n_heads * nsplit * (hd + 2), "attention splits"))
+        return;
+    dim3 grid((unsigned)groups, (unsigned)nsplit);
+    auto k = HD == 64 ? k_attn_dec<64> : HD == 128 ? k_attn_dec<128> : k_attn_dec<256>;
+    launch(b, k, grid, DEC_WARPS * 32, dec_shm(HD), f32(out), b->part, f32(q), (const bf16 *)kc->data,
+           (const bf16 *)vc->data, kc->rows, p->n_heads, p->n_kv_heads, hd, p->window, p->scale, p->softcap, dpos,
+           p->pos0, p->n_rows);
+    launched(b, "attention");
+    if (nsplit > 1) { /* nsplit <= the multiprocessors: its weights fit the default shared memory */
+        launch(b, k_attn_merge, dim3(p->n_heads, p->n_rows), (hd + 31) / 32 * 32, (nsplit + 1) * sizeof(float),
+               f32(out), b->part,
+               p->n_heads, hd, nsplit, p->window, dpos, p->pos0, p->n_rows);
+        launched(b, "attention merge");
+    }
 }
 
 void cuda_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const lmx_tensor *kc,
@@ -696,74 +758,31 @@ void cuda_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const
     cuda_backend *b = cu(be);
     if (skip_op(b, OP_ATTN, out, q, kc, p->n_rows, (long)(uintptr_t)vc))
         return;
-    int hd = p->head_dim, D = (hd + 31) / 32;
-    if (D > 32 || p->n_heads % p->n_kv_heads) {
-        fail(b, LMX_ERR_UNSUPPORTED, "cuda: attention with head_dim %d, %d heads over %d", hd, p->n_heads,
-             p->n_kv_heads);
+    int hd = p->head_dim;
+    if (hd % 16 || hd > 256 || p->n_heads % p->n_kv_heads || kc->dtype != LMX_DT_BF16 || vc->dtype != LMX_DT_BF16) {
+        fail(b, LMX_ERR_UNSUPPORTED, "cuda: attention with head_dim %d (a multiple of 16 up to 256 wanted), %d heads over %d%s",
+             hd, p->n_heads, p->n_kv_heads, kc->dtype != LMX_DT_BF16 ? ", cache not from alloc_cache" : "");
         return;
     }
     const int *dpos = step_pos(b, p->pos0);
-    if (p->n_rows > GEMV_ROWS && (hd == 64 || hd == 128) && !b->simt_attn) {
-        size_t shm = fa_shm(hd);
+    const bf16 *kcd = (const bf16 *)kc->data, *vcd = (const bf16 *)vc->data;
+    if (p->n_rows <= GEMV_ROWS) {
+        attention_decode(b, out, q, kc, vc, p, dpos);
+        return;
+    }
+    if ((hd == 64 || hd == 128) && !b->simt_attn) {
         dim3 grid(p->n_heads, (p->n_rows + FA_Q - 1) / FA_Q);
         auto k = hd == 64 ? k_attn_fa<64> : k_attn_fa<128>;
-        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm);
-        launch(b, k, grid, FA_WARPS * 32, shm, f32(out), f32(q), f32(kc), f32(vc), kc->rows, p->n_heads,
-               p->n_kv_heads, p->window, p->scale, p->softcap, dpos, p->pos0, p->n_rows);
+        launch(b, k, grid, FA_WARPS * 32, fa_shm(hd), f32(out), f32(q), kcd, vcd, kc->rows, p->n_heads, p->n_kv_heads,
+               p->window, p->scale, p->softcap, dpos, p->pos0, p->n_rows);
+        launched(b, "attention (flash)");
         return;
     }
-    if (p->n_rows > GEMV_ROWS && D <= 8 && hd % 4 == 0) {
-        size_t shm = prefill_shm(hd);
-        dim3 grid(p->n_heads, (p->n_rows + PF_ROWS - 1) / PF_ROWS);
-#define PREFILL(DD)                                                                                                \
-    do {                                                                                                           \
-        cudaFuncSetAttribute(k_attn_prefill<DD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm);          \
-        launch(b, k_attn_prefill<DD>, grid, PF_WARPS * 32, shm, f32(out), f32(q), f32(kc), f32(vc), kc->rows,  \
-                                                                   p->n_heads, p->n_kv_heads, hd, p->window,       \
-                                                                   p->scale, p->softcap, dpos, p->pos0, p->n_rows); \
-    } while (0)
-        if (D <= 2)
-            PREFILL(2);
-        else if (D <= 4)
-            PREFILL(4);
-        else
-            PREFILL(8);
-#undef PREFILL
-        launched(b, "attention (prefill)");
-        return;
-    }
-    /* Decode: the keys split in SPLIT_KEYS-long pieces, as many as the cache
-     * could ever need, so the grid does not depend on the position. */
-    int nsplit = p->n_rows <= GEMV_ROWS ? (kc->rows + SPLIT_KEYS - 1) / SPLIT_KEYS : 1;
-    if (nsplit > 1 &&
-        !grow(b, &b->part, &b->part_cap, (size_t)p->n_rows * p->n_heads * nsplit * (hd + 2), "attention splits"))
-        return;
-    dim3 grid(p->n_heads, p->n_rows, nsplit);
-    size_t shm = (size_t)ATTN_WARPS * (hd + 2) * sizeof(float);
-#define ATTN(DD)                                                                                                   \
-    launch(b, k_attn<DD>, grid, ATTN_WARPS * 32, shm, f32(out), b->part, f32(q), f32(kc), f32(vc), kc->rows,    \
-                                                          p->n_heads, p->n_kv_heads, hd, p->window, p->scale,       \
-                                                          p->softcap, dpos, p->pos0, SPLIT_KEYS)
-    if (D <= 2)
-        ATTN(2);
-    else if (D <= 4)
-        ATTN(4);
-    else if (D <= 8)
-        ATTN(8);
-    else if (D <= 16)
-        ATTN(16);
-    else
-        ATTN(32);
-#undef ATTN
-    launched(b, "attention");
-    if (nsplit > 1) {
-        size_t wshm = (size_t)(nsplit + 1) * sizeof(float);
-        if (wshm > 48 * 1024)
-            cudaFuncSetAttribute(k_attn_merge, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wshm);
-        launch(b, k_attn_merge, dim3(p->n_heads, p->n_rows), hd < 1024 ? ((hd + 31) / 32) * 32 : 1024, wshm,
-               f32(out), b->part, p->n_heads, hd, nsplit);
-        launched(b, "attention merge");
-    }
+    dim3 grid(p->n_heads, (p->n_rows + PF_ROWS - 1) / PF_ROWS);
+    auto k = hd <= 64 ? k_attn_prefill<2> : hd <= 128 ? k_attn_prefill<4> : k_attn_prefill<8>;
+    launch(b, k, grid, PF_WARPS * 32, prefill_shm(hd), f32(out), f32(q), kcd, vcd, kc->rows, p->n_heads, p->n_kv_heads, hd,
+           p->window, p->scale, p->softcap, dpos, p->pos0, p->n_rows);
+    launched(b, "attention (prefill)");
 }
 
 void cuda_residual_norm(lmx_backend *be, lmx_tensor *x, lmx_tensor *h, lmx_tensor *y, const lmx_tensor *post,
@@ -1007,6 +1026,7 @@ const lmx_backend_ops cuda_ops = {
     cuda_attention,   cuda_gated_mlp,     cuda_residual_norm, cuda_softcap, cuda_copy_rows,
     cuda_read,        cuda_all_reduce,    cuda_step_begin,    cuda_step_end,
     512, /* prefill rows: enough for the tensor cores, activations stay small */
+    cuda_alloc_cache,
 };
 
 } // namespace
@@ -1054,6 +1074,10 @@ extern "C" lmx_backend *lmx_backend_cuda_new(int device, int quant, lmx_error *e
     if (e == cudaSuccess && (what = "create stream", e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking)) == cudaSuccess &&
         (what = "step buffer", e = cudaMallocHost((void **)&b->h_step, (MAX_IDS + 1) * sizeof(int))) == cudaSuccess)
         what = "step buffer", e = cudaMalloc((void **)&b->d_step, (MAX_IDS + 1) * sizeof(int));
+    if (e == cudaSuccess)
+        what = "device attributes", e = cudaDeviceGetAttribute(&b->sms, cudaDevAttrMultiProcessorCount, device);
+    if (e == cudaSuccess)
+        what = "attention kernels", e = attention_init();
     if (e != cudaSuccess) {
         lmx_fail(err, LMX_ERR_UNSUPPORTED, "lmx_load: device cuda: %s: %s", what, cudaGetErrorString(e));
         cuda_destroy(&b->base);

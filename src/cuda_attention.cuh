@@ -1,119 +1,460 @@
-/* Attention kernels: split-K decode with its merge, SIMT and tensor-core
- * (flash-attention style) prefill. */
+/* Attention kernels over the bf16 KV cache: decode (up to GEMV_ROWS query
+ * rows) split over the keys on the tensor cores, with the merge of its
+ * splits; prefill on the tensor cores (flash-attention style, head_dim 64
+ * and 128) and in float32 (SIMT, other head sizes). */
 #pragma once
 
-enum { ATTN_WARPS = 4 };
+typedef __nv_bfloat16 bf16;
 
-/* Causal attention, one block per (head, query row, split of the keys).
- * Each warp walks every ATTN_WARPS-th key with an online softmax; the
- * warps merge in shared memory. With one split the block writes the output,
- * else (m, l, acc) of its split for k_attn_merge (split-K flash decoding).
- * D = head_dim / 32 rounded up: each lane holds D dimensions. */
-template <int D>
-__global__ void __launch_bounds__(ATTN_WARPS * 32)
-    k_attn(float *out, float *part, const float *q, const float *kc, const float *vc, int slots, int H, int KVH,
-           int hd, int window, float scale, float softcap, const int *dpos, int pos0, int split_keys)
+__device__ __forceinline__ unsigned pack_bf16(float lo, float hi)
 {
-    pdl_wait();
-    pdl_trigger();
-    extern __shared__ float sh[]; /* ATTN_WARPS * (hd + 2) */
-    int h = blockIdx.x, i = blockIdx.y, s = blockIdx.z, nsplit = gridDim.z;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int pos = (dpos ? *dpos : pos0) + i;
-    int lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
-    int t0 = nsplit > 1 ? lo + s * split_keys : lo;
-    int t1 = nsplit > 1 ? min(pos + 1, t0 + split_keys) : pos + 1;
-    int kvh = h / (H / KVH);
-    size_t kvs = (size_t)KVH * hd;
-    const float *qr = q + ((size_t)i * H + h) * hd;
-    float qv[D], acc[D];
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* lo in the low half */
+    return *(unsigned *)&v;
+}
+
+/* c += a . b on the tensor cores: a 16x16 bf16 (row), b 16x8 bf16 (col). */
+__device__ __forceinline__ void mma_bf16(float *c, const unsigned *a, const unsigned *b)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* 16 bytes from global to shared memory without passing through registers;
+ * zeros (nothing read) when !in. */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool in)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(src), "r"(in ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/* Waits until at most N of this thread's copy groups are in flight. */
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+/* Four 8x8 bf16 matrices from shared memory: lanes 8m..8m+7 give the row
+ * addresses of matrix m; r[m] gets its row lane/4, columns 2(lane%4) and
+ * +1 (with trans: of the transposed matrix). */
+__device__ __forceinline__ void ldsm_x4(unsigned *r, const bf16 *p)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s)
+                 : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_trans(unsigned *r, const bf16 *p)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s)
+                 : "memory");
+}
+
+/* One warp's online-softmax state for 16 query rows in mma fragment
+ * layout: lane holds rows lane/4 and lane/4 + 8, output columns
+ * 8j + 2(lane%4) and +1 of o[j]. */
+template <int HD> struct attn_acc {
+    float o[HD / 8][4];
+    float m[2], l[2];
+};
+
+template <int HD> __device__ __forceinline__ void acc_init(attn_acc<HD> &a)
+{
 #pragma unroll
-    for (int j = 0; j < D; j++) {
-        int d = lane + 32 * j;
-        qv[j] = d < hd ? qr[d] : 0;
-        acc[j] = 0;
-    }
-    float m = -INFINITY, l = 0;
-    for (int t = t0 + warp; t < t1; t += ATTN_WARPS) {
-        size_t off = (size_t)(t % slots) * kvs + (size_t)kvh * hd;
-        const float *kr = kc + off, *vr = vc + off;
-        float kv[D], vv[D]; /* both loads in flight before the reduction */
+    for (int j = 0; j < HD / 8; j++)
+        a.o[j][0] = a.o[j][1] = a.o[j][2] = a.o[j][3] = 0;
+    a.m[0] = a.m[1] = -INFINITY;
+    a.l[0] = a.l[1] = 0;
+}
+
+/* One tile of NK keys (t0, t0 + 1, ...) for a warp's 16 queries, all in
+ * shared memory as bf16 with a row pitch of ld elements: Q [16][hd],
+ * K and V [NK][hd]. S = Q.K^T on the tensor cores (fragments by ldmatrix),
+ * scale, softcap, the mask (lane's row r sees keys lo[r] .. hi[r]), online
+ * softmax in registers, O += P.V (V's fragments by ldmatrix.trans). HD is
+ * the compile-time maximum of hd, a multiple of 16. */
+template <int HD, int NK>
+__device__ __forceinline__ void attn_tile(attn_acc<HD> &a, const bf16 *Qs, const bf16 *Ks, const bf16 *Vs, int ld,
+                                          int hd, int t0, const int *lo, const int *hi, float scale, float softcap)
+{
+    int lane = threadIdx.x & 31, tg = lane & 3, lr = lane & 7, mi = lane >> 3;
+    float s[NK / 8][4];
 #pragma unroll
-        for (int j = 0; j < D; j++) {
-            int d = lane + 32 * j;
-            kv[j] = d < hd ? kr[d] : 0;
-            vv[j] = d < hd ? vr[d] : 0;
+    for (int n = 0; n < NK / 8; n++)
+        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+        if (kk * 16 >= hd)
+            break;
+        /* Q's A fragment: matrices (rows 0-7 | 8-15) x (columns 0-7 | 8-15) */
+        unsigned qa[4];
+        ldsm_x4(qa, Qs + (lr + (mi & 1) * 8) * ld + kk * 16 + (mi >> 1) * 8);
+#pragma unroll
+        for (int n = 0; n < NK / 16; n++) {
+            /* K rows are S's columns: b[0..1] for keys 16n..+7, b[2..3] for the next 8 */
+            unsigned b[4];
+            ldsm_x4(b, Ks + (16 * n + lr + (mi >> 1) * 8) * ld + kk * 16 + (mi & 1) * 8);
+            mma_bf16(s[2 * n], qa, b);
+            mma_bf16(s[2 * n + 1], qa, b + 2);
         }
-        float dot = 0;
+    }
+    float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int j = 0; j < D; j++)
-            dot += qv[j] * kv[j];
-        float sc = warp_sum(dot) * scale;
-        if (softcap > 0)
-            sc = softcap * tanhf(sc / softcap);
-        if (sc > m) {
-            float r = expf(m - sc);
-            l *= r;
+    for (int n = 0; n < NK / 8; n++)
 #pragma unroll
-            for (int j = 0; j < D; j++)
-                acc[j] *= r;
-            m = sc;
+        for (int e = 0; e < 4; e++) {
+            int r = e >> 1, t = t0 + n * 8 + tg * 2 + (e & 1);
+            float v = s[n][e] * scale;
+            if (softcap > 0)
+                v = softcap * tanhf(v / softcap);
+            if (t < lo[r] || t > hi[r])
+                v = -INFINITY;
+            s[n][e] = v;
+            mx[r] = fmaxf(mx[r], v);
         }
-        float e = expf(sc - m);
-        l += e;
+    float corr[2];
 #pragma unroll
-        for (int j = 0; j < D; j++)
-            acc[j] += e * vv[j];
+    for (int r = 0; r < 2; r++) { /* the four lanes of a row hold its keys */
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        float mn = fmaxf(a.m[r], mx[r]);
+        corr[r] = mn == -INFINITY ? 1.0f : __expf(a.m[r] - mn);
+        a.m[r] = mn;
+        a.l[r] *= corr[r];
     }
-    float *mine = sh + warp * (hd + 2);
 #pragma unroll
-    for (int j = 0; j < D; j++) {
-        int d = lane + 32 * j;
-        if (d < hd)
-            mine[d] = acc[j];
+    for (int n = 0; n < NK / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int r = e >> 1;
+            float p = s[n][e] == -INFINITY ? 0.0f : __expf(s[n][e] - a.m[r]);
+            s[n][e] = p;
+            a.l[r] += p;
+        }
+#pragma unroll
+    for (int j = 0; j < HD / 8; j++) {
+        a.o[j][0] *= corr[0];
+        a.o[j][1] *= corr[0];
+        a.o[j][2] *= corr[1];
+        a.o[j][3] *= corr[1];
     }
-    if (lane == 0) {
-        mine[hd] = m;
-        mine[hd + 1] = l;
-    }
-    __syncthreads();
-    float M = -INFINITY;
-    for (int w = 0; w < ATTN_WARPS; w++)
-        M = fmaxf(M, sh[w * (hd + 2) + hd]);
-    float L = 0, wt[ATTN_WARPS];
-    for (int w = 0; w < ATTN_WARPS; w++) {
-        float mw = sh[w * (hd + 2) + hd];
-        wt[w] = mw == -INFINITY ? 0.0f : expf(mw - M);
-        L += wt[w] * sh[w * (hd + 2) + hd + 1];
-    }
-    float *dst = nsplit > 1 ? part + (((size_t)i * H + h) * nsplit + s) * (hd + 2) : out + ((size_t)i * H + h) * hd;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float a = 0;
-        for (int w = 0; w < ATTN_WARPS; w++)
-            a += wt[w] * sh[w * (hd + 2) + d];
-        dst[d] = nsplit > 1 ? a : a / L;
-    }
-    if (nsplit > 1 && threadIdx.x == 0) {
-        dst[hd] = M;
-        dst[hd + 1] = L;
+#pragma unroll
+    for (int ks = 0; ks < NK / 16; ks++) {
+        /* P's A fragment is S's accumulator layout of two key octets */
+        unsigned pa[4] = {pack_bf16(s[2 * ks][0], s[2 * ks][1]), pack_bf16(s[2 * ks][2], s[2 * ks][3]),
+                          pack_bf16(s[2 * ks + 1][0], s[2 * ks + 1][1]),
+                          pack_bf16(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+#pragma unroll
+        for (int d = 0; d < HD / 16; d++) {
+            if (d * 16 >= hd)
+                break;
+            /* V [key][dim] is B row-major: transposed loads, (keys 0-7 | 8-15) x (dims 0-7 | 8-15) */
+            unsigned b[4];
+            ldsm_x4_trans(b, Vs + (16 * ks + lr + (mi & 1) * 8) * ld + d * 16 + (mi >> 1) * 8);
+            mma_bf16(a.o[2 * d], pa, b);
+            mma_bf16(a.o[2 * d + 1], pa, b + 2);
+        }
     }
 }
 
+/* One 16-byte piece of a float32 query row as bf16 into shared memory. */
+__device__ __forceinline__ void stage_q4(bf16 *dst, const float *src, bool in)
+{
+    float4 v = in ? *(const float4 *)src : make_float4(0, 0, 0, 0);
+    *(uint2 *)dst = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+}
+
+/* Keys of rows [0, n) of a key tile starting at t0: cache slot t % slots,
+ * head kvh (kh, vh: the head's first column), 16-byte asynchronous copies
+ * by `threads` threads from `tid`; keys past `last` read as zeros. */
+__device__ __forceinline__ void stage_kv(bf16 *Kd, bf16 *Vd, int ld, const bf16 *kh, const bf16 *vh, size_t kvs,
+                                         int slots, int hd, int t0, int n, int last, int tid, int threads)
+{
+    int h8 = hd / 8;
+    for (int i = tid; i < n * h8; i += threads) {
+        int r = i / h8, c = i % h8 * 8, t = t0 + r;
+        size_t off = (size_t)(t % slots) * kvs + c;
+        cp_async16(Kd + r * ld + c, kh + off, t <= last);
+        cp_async16(Vd + r * ld + c, vh + off, t <= last);
+    }
+    cp_async_commit();
+}
+
+/* Decode ------------------------------------------------------------------ */
+
+/* A decode block: DEC_WARPS warps, each taking DEC_KEYS-key chunks of the
+ * keys in turn, double-buffered. */
+enum { DEC_WARPS = 4, DEC_KEYS = 16 };
+
+/* Splits of the keys that hold a chunk: the blocks and the merge agree on
+ * it, so empty splits are skipped by both. */
+__device__ __forceinline__ int dec_active(int base, int n_rows, int window, int nsplit, int *lo)
+{
+    *lo = window > 0 && base - window + 1 > 0 ? base - window + 1 : 0;
+    int chunks = (base + n_rows - 1 - *lo) / DEC_KEYS + 1;
+    return min(nsplit, (chunks + DEC_WARPS - 1) / DEC_WARPS);
+}
+
+/* Shared memory of k_attn_dec: Q [16][ld], then per warp two buffers of K
+ * and V [DEC_KEYS][ld] (ld = HD + 8: conflict-free ldmatrix rows); the
+ * warps' merge reuses the buffers. */
+size_t dec_shm(int HD) { return (size_t)(16 + DEC_WARPS * 4 * DEC_KEYS) * (HD + 8) * 2; }
+
+/* Decode attention, GQA-aware: one block per (KV head, tile of 16 query
+ * rows of its group, split of the keys). The tile's rows are the group's
+ * H / KVH query heads times the n_rows rows (row f: query row f / G,
+ * head kvh * G + f % G), so each K/V row is read once for all of them.
+ * Chunk c of DEC_KEYS keys (counted from the first row's lowest key) goes
+ * to split (c / DEC_WARPS) % nsplit, warp c % DEC_WARPS: the grid does not
+ * depend on the position (graph replay) and every split gets an even share
+ * at any depth, while splits without a chunk return at once. Each warp
+ * streams its chunks with asynchronous copies, two in flight, and keeps an
+ * online softmax on the tensor cores (attn_tile); the warps merge in
+ * shared memory, then the block writes the output (one split) or its (acc,
+ * m, l) for k_attn_merge. */
+template <int HD>
+__global__ void __launch_bounds__(DEC_WARPS * 32)
+    k_attn_dec(float *out, float *part, const float *q, const bf16 *kc, const bf16 *vc, int slots, int H, int KVH,
+               int hd, int window, float scale, float softcap, const int *dpos, int pos0, int n_rows)
+{
+    pdl_wait();
+    pdl_trigger();
+    const int LD = HD + 8;
+    extern __shared__ __align__(16) bf16 dsh[];
+    bf16 *Qs = dsh;
+    int G = H / KVH, nq = G * n_rows, qtiles = (nq + 15) / 16;
+    int kvh = blockIdx.x / qtiles, f0 = blockIdx.x % qtiles * 16, s = blockIdx.y, nsplit = gridDim.y;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
+    int base = dpos ? *dpos : pos0, last = base + n_rows - 1, lo;
+    if (s >= dec_active(base, n_rows, window, nsplit, &lo))
+        return;
+    int chunks = (last - lo) / DEC_KEYS + 1, stride = nsplit * DEC_WARPS;
+    size_t kvs = (size_t)KVH * hd;
+    const bf16 *kh = kc + (size_t)kvh * hd, *vh = vc + (size_t)kvh * hd;
+    bf16 *Kw = Qs + 16 * LD + warp * 4 * DEC_KEYS * LD; /* buffer b: K at Kw + 2b DEC_KEYS ld, V after */
+    int c = s * DEC_WARPS + warp;
+    if (c < chunks)
+        stage_kv(Kw, Kw + DEC_KEYS * LD, LD, kh, vh, kvs, slots, hd, lo + c * DEC_KEYS, DEC_KEYS, last, lane, 32);
+    for (int i = threadIdx.x; i < 16 * hd / 4; i += blockDim.x) { /* Q, rows past the group's zero */
+        int r = i / (hd / 4), c = i % (hd / 4) * 4, f = min(f0 + r, nq - 1);
+        stage_q4(Qs + r * LD + c, q + ((size_t)(f / G) * H + kvh * G + f % G) * hd + c, f0 + r < nq);
+    }
+    int lo_r[2], hi_r[2];
+    for (int r = 0; r < 2; r++) {
+        int f = f0 + g + 8 * r;
+        hi_r[r] = f < nq ? base + f / G : -1; /* rows past the group's see nothing */
+        lo_r[r] = window > 0 && hi_r[r] - window + 1 > 0 ? hi_r[r] - window + 1 : 0;
+    }
+    __syncthreads(); /* Qs */
+    attn_acc<HD> a;
+    acc_init(a);
+    for (int k = 0; c < chunks; c += stride, k++) {
+        bf16 *Kb = Kw + (k & 1) * 2 * DEC_KEYS * LD;
+        if (c + stride < chunks) {
+            bf16 *Kn = Kw + ((k + 1) & 1) * 2 * DEC_KEYS * LD;
+            stage_kv(Kn, Kn + DEC_KEYS * LD, LD, kh, vh, kvs, slots, hd, lo + (c + stride) * DEC_KEYS, DEC_KEYS,
+                     last, lane, 32);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncwarp(); /* the chunk's copies by every lane are visible */
+        attn_tile<HD, DEC_KEYS>(a, Qs, Kb, Kb + DEC_KEYS * LD, LD, hd, lo + c * DEC_KEYS, lo_r, hi_r, scale,
+                                softcap);
+        __syncwarp(); /* before the buffer is refilled */
+    }
+    /* the warps' (o, m, l) to shared memory, [warp][row][hd + 2] */
+    __syncthreads();
+    float *ws = (float *)(Qs + 16 * LD);
+    int ldw = hd + 2;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        a.l[r] += __shfl_xor_sync(0xffffffffu, a.l[r], 1);
+        a.l[r] += __shfl_xor_sync(0xffffffffu, a.l[r], 2);
+        float *row = ws + (warp * 16 + g + 8 * r) * ldw;
+#pragma unroll
+        for (int j = 0; j < HD / 8; j++)
+            if (j * 8 < hd)
+                *(float2 *)(row + j * 8 + tg * 2) = make_float2(a.o[j][2 * r], a.o[j][2 * r + 1]);
+        if (tg == 0) {
+            row[hd] = a.m[r];
+            row[hd + 1] = a.l[r];
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < 16 * hd; i += blockDim.x) {
+        int r = i / hd, d = i % hd, f = f0 + r;
+        if (f >= nq)
+            break;
+        float M = -INFINITY, L = 0, A = 0;
+        for (int w = 0; w < DEC_WARPS; w++)
+            M = fmaxf(M, ws[(w * 16 + r) * ldw + hd]);
+        for (int w = 0; w < DEC_WARPS; w++) {
+            const float *row = ws + (w * 16 + r) * ldw;
+            float wt = row[hd] == -INFINITY ? 0.0f : __expf(row[hd] - M);
+            L += wt * row[hd + 1];
+            A += wt * row[d];
+        }
+        size_t qi = (size_t)(f / G) * H + kvh * G + f % G; /* (query row, head) */
+        if (nsplit == 1) {
+            out[qi * hd + d] = A / L;
+            continue;
+        }
+        float *dst = part + (qi * nsplit + s) * (hd + 2);
+        dst[d] = A; /* a split that saw no key of this row: M = -inf, L = A = 0 */
+        if (d == 0) {
+            dst[hd] = M;
+            dst[hd + 1] = L;
+        }
+    }
+}
+
+/* Merges the active splits of k_attn_dec: one block per (head, query
+ * row). The first warp finds the splits' weights (split-strided, so their
+ * loads are in flight together), then every thread sums its dimensions
+ * over the splits. */
+__global__ void k_attn_merge(float *out, const float *part, int H, int hd, int nsplit, int window, const int *dpos,
+                             int pos0, int n_rows)
+{
+    pdl_wait();
+    pdl_trigger();
+    extern __shared__ float wt[]; /* the splits' weights, then the normaliser */
+    int h = blockIdx.x, i = blockIdx.y, lane = threadIdx.x & 31, lo;
+    int ns = dec_active(dpos ? *dpos : pos0, n_rows, window, nsplit, &lo);
+    const float *p = part + ((size_t)i * H + h) * nsplit * (hd + 2);
+    if (threadIdx.x < 32) {
+        float M = -INFINITY;
+        for (int s = lane; s < ns; s += 32)
+            M = fmaxf(M, p[s * (hd + 2) + hd]);
+#pragma unroll
+        for (int o = 16; o; o >>= 1)
+            M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        float L = 0;
+        for (int s = lane; s < ns; s += 32) {
+            float ms = p[s * (hd + 2) + hd], w = ms == -INFINITY ? 0.0f : expf(ms - M);
+            wt[s] = w;
+            L += w * p[s * (hd + 2) + hd + 1];
+        }
+        L = warp_sum(L);
+        if (lane == 0)
+            wt[ns] = L;
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float a = 0;
+#pragma unroll 8
+        for (int s = 0; s < ns; s++)
+            a += wt[s] * p[s * (hd + 2) + d];
+        out[((size_t)i * H + h) * hd + d] = a / wt[ns];
+    }
+}
+
+/* Prefill, tensor cores ----------------------------------------------------- */
+
+/* 128 queries a block (8 warps of 16), 64-key tiles. */
+enum { FA_WARPS = 8, FA_Q = 16 * FA_WARPS, FA_K = 64 };
+
+/* Shared memory of k_attn_fa: Q [FA_Q][HD + 8], then two stages of K and
+ * V [FA_K][HD + 8], bf16 (padding: conflict-free ldmatrix rows). */
+size_t fa_shm(int hd) { return (size_t)(FA_Q + 4 * FA_K) * (hd + 8) * 2; }
+
+/* Prefill attention on the tensor cores (flash-attention style): one block
+ * per (head, FA_Q queries), longest blocks first; each warp 16 queries.
+ * K/V tiles stream into shared memory by asynchronous copies, the next
+ * tile in flight while the current one is computed (attn_tile: Q, K, P, V
+ * in bf16, float32 accumulation). Warps whose queries see none of a tile's
+ * keys (causal, window) skip it. */
+template <int HD>
+__global__ void __launch_bounds__(FA_WARPS * 32, 2)
+    k_attn_fa(float *out, const float *q, const bf16 *kc, const bf16 *vc, int slots, int H, int KVH, int window,
+              float scale, float softcap, const int *dpos, int pos0, int n_rows)
+{
+    pdl_wait();
+    pdl_trigger();
+    constexpr int LD = HD + 8;
+    extern __shared__ __align__(16) bf16 fsh[];
+    bf16 *Qs = fsh, *KV = Qs + FA_Q * LD; /* stage b: K at KV + 2b FA_K LD, V after */
+    int h = blockIdx.x, r0 = (gridDim.y - 1 - blockIdx.y) * FA_Q, nr = min(FA_Q, n_rows - r0);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
+    int base = (dpos ? *dpos : pos0) + r0, last = base + nr - 1;
+    int lo = window > 0 && base - window + 1 > 0 ? base - window + 1 : 0;
+    int kvh = h / (H / KVH), ntiles = (last - lo) / FA_K + 1;
+    size_t kvs = (size_t)KVH * HD;
+    const bf16 *kh = kc + (size_t)kvh * HD, *vh = vc + (size_t)kvh * HD;
+    stage_kv(KV, KV + FA_K * LD, LD, kh, vh, kvs, slots, HD, lo, FA_K, last, threadIdx.x, blockDim.x);
+    for (int i = threadIdx.x; i < FA_Q * HD / 4; i += blockDim.x) { /* Q, rows past n_rows zero */
+        int r = i / (HD / 4), c = i % (HD / 4) * 4;
+        stage_q4(Qs + r * LD + c, q + ((size_t)(r0 + min(r, nr - 1)) * H + h) * HD + c, r < nr);
+    }
+    attn_acc<HD> a;
+    acc_init(a);
+    int lo_r[2], hi_r[2];
+    for (int r = 0; r < 2; r++) {
+        hi_r[r] = base + warp * 16 + g + 8 * r;
+        lo_r[r] = window > 0 && hi_r[r] - window + 1 > 0 ? hi_r[r] - window + 1 : 0;
+    }
+    int wfirst = base + warp * 16, wlast = min(wfirst + 15, last);
+    int wlo = window > 0 && wfirst - window + 1 > 0 ? wfirst - window + 1 : 0;
+    for (int j = 0; j < ntiles; j++) {
+        if (j + 1 < ntiles) {
+            bf16 *Kn = KV + ((j + 1) & 1) * 2 * FA_K * LD;
+            stage_kv(Kn, Kn + FA_K * LD, LD, kh, vh, kvs, slots, HD, lo + (j + 1) * FA_K, FA_K, last, threadIdx.x,
+                     blockDim.x);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads(); /* tile j (and Qs) visible to every warp */
+        int t0 = lo + j * FA_K;
+        const bf16 *Kb = KV + (j & 1) * 2 * FA_K * LD;
+        if (warp * 16 < nr && t0 <= wlast && t0 + FA_K - 1 >= wlo)
+            attn_tile<HD, FA_K>(a, Qs + warp * 16 * LD, Kb, Kb + FA_K * LD, LD, HD, t0, lo_r, hi_r, scale, softcap);
+        __syncthreads(); /* tile j consumed before its stage is refilled */
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        a.l[r] += __shfl_xor_sync(0xffffffffu, a.l[r], 1);
+        a.l[r] += __shfl_xor_sync(0xffffffffu, a.l[r], 2);
+        int row = warp * 16 + g + 8 * r;
+        if (row >= nr)
+            continue;
+        float *dst = out + ((size_t)(r0 + row) * H + h) * HD + tg * 2;
+#pragma unroll
+        for (int d = 0; d < HD / 8; d++)
+            *(float2 *)(dst + d * 8) = make_float2(a.o[d][2 * r] / a.l[r], a.o[d][2 * r + 1] / a.l[r]);
+    }
+}
+
+/* Prefill, SIMT ----------------------------------------------------------- */
 
 enum { PF_ROWS = 32, PF_KEYS = 32, PF_WARPS = 4 };
 
 /* Shared memory of k_attn_prefill: queries, then keys and values of one
- * tile, rows padded by 4 floats (16-byte loads, no bank conflicts). */
+ * tile in float32, rows padded by 4 floats (16-byte accesses, no bank
+ * conflicts). */
 size_t prefill_shm(int hd) { return (size_t)(PF_ROWS + 2 * PF_KEYS) * (hd + 4) * sizeof(float); }
 
-/* Causal attention for many query rows: one block per (head, PF_ROWS
- * queries), keys in PF_KEYS-long tiles staged in shared memory and shared
- * by every query of the block; each warp owns PF_ROWS / PF_WARPS queries,
- * each lane scores one key of the tile, then an online-softmax update of
- * the lane's D dimensions. */
+/* Eight bf16 (one 16-byte load) to float32 at dst (16-byte aligned). */
+__device__ __forceinline__ void bf16x8_store(float *dst, uint4 v)
+{
+    const __nv_bfloat162 *p = (const __nv_bfloat162 *)&v;
+    float2 a = __bfloat1622float2(p[0]), b = __bfloat1622float2(p[1]), c = __bfloat1622float2(p[2]),
+           d = __bfloat1622float2(p[3]);
+    *(float4 *)dst = make_float4(a.x, a.y, b.x, b.y);
+    *(float4 *)(dst + 4) = make_float4(c.x, c.y, d.x, d.y);
+}
+
+/* Causal attention for many query rows in float32 (head sizes without a
+ * tensor-core kernel, or LMX_CUDA_ATTN=simt): one block per (head,
+ * PF_ROWS queries), keys in PF_KEYS-long tiles staged in shared memory
+ * and shared by every query of the block; each warp owns PF_ROWS /
+ * PF_WARPS queries, each lane scores one key of the tile, then an
+ * online-softmax update of the lane's D dimensions. hd % 8 == 0. */
 template <int D>
 __global__ void __launch_bounds__(PF_WARPS * 32)
-    k_attn_prefill(float *out, const float *q, const float *kc, const float *vc, int slots, int H, int KVH, int hd,
+    k_attn_prefill(float *out, const float *q, const bf16 *kc, const bf16 *vc, int slots, int H, int KVH, int hd,
                    int window, float scale, float softcap, const int *dpos, int pos0, int n_rows)
 {
     pdl_wait();
@@ -142,25 +483,25 @@ __global__ void __launch_bounds__(PF_WARPS * 32)
     int lo = window > 0 && base - window + 1 > 0 ? base - window + 1 : 0;
     for (int t0 = lo; t0 <= last; t0 += PF_KEYS) {
         __syncthreads(); /* the previous tile is consumed (and Qs written) */
-        /* 16-byte loads, four of each in flight per thread */
-        int n4 = PF_KEYS * hd / 4, h4 = hd / 4;
-        for (int i0 = threadIdx.x; i0 < n4; i0 += 4 * blockDim.x) {
-            float4 kv[4], vv[4];
+        /* 16-byte loads of 8 bf16, two of K and two of V in flight per thread */
+        int n8 = PF_KEYS * hd / 8, h8 = hd / 8;
+        for (int i0 = threadIdx.x; i0 < n8; i0 += 2 * blockDim.x) {
+            uint4 kv[2], vv[2];
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                int i = i0 + u * blockDim.x, j = i / h4, t = t0 + j;
-                float4 z = make_float4(0, 0, 0, 0);
-                size_t off = ((size_t)(t % slots) * kvs + (size_t)kvh * hd) / 4 + i % h4;
-                bool in = i < n4 && t <= last;
-                kv[u] = in ? ((const float4 *)kc)[off] : z;
-                vv[u] = in ? ((const float4 *)vc)[off] : z;
+            for (int u = 0; u < 2; u++) {
+                int i = i0 + u * blockDim.x, j = i / h8, t = t0 + j;
+                uint4 z = make_uint4(0, 0, 0, 0);
+                size_t off = ((size_t)(t % slots) * kvs + (size_t)kvh * hd) / 8 + i % h8;
+                bool in = i < n8 && t <= last;
+                kv[u] = in ? ((const uint4 *)kc)[off] : z;
+                vv[u] = in ? ((const uint4 *)vc)[off] : z;
             }
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                int i = i0 + u * blockDim.x, j = i / h4;
-                if (i < n4) {
-                    *(float4 *)(Ks + j * ld + 4 * (i % h4)) = kv[u];
-                    *(float4 *)(Vs + j * ld + 4 * (i % h4)) = vv[u];
+            for (int u = 0; u < 2; u++) {
+                int i = i0 + u * blockDim.x, j = i / h8;
+                if (i < n8) {
+                    bf16x8_store(Ks + j * ld + 8 * (i % h8), kv[u]);
+                    bf16x8_store(Vs + j * ld + 8 * (i % h8), vv[u]);
                 }
             }
         }
@@ -220,209 +561,5 @@ __global__ void __launch_bounds__(PF_WARPS * 32)
             if (d < hd)
                 out[((size_t)(r0 + r) * H + h) * hd + d] = acc[rr][j] / l[rr];
         }
-    }
-}
-
-/* 128 queries a block (8 warps): each K/V tile staged in shared memory
- * serves twice the queries of 64 (Nsight Compute, Qwen3-8B prefill of 4096
- * tokens: 3.0 ms a layer with 64, bench/RESULTS.md). */
-enum { FA_WARPS = 8, FA_Q = 16 * FA_WARPS, FA_K = 64 };
-
-__device__ __forceinline__ unsigned pack_bf16(float lo, float hi)
-{
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* lo in the low half */
-    return *(unsigned *)&v;
-}
-
-/* c += a . b on the tensor cores: a 16x16 bf16 (row), b 16x8 bf16 (col). */
-__device__ __forceinline__ void mma_bf16(float *c, const unsigned *a, const unsigned *b)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-/* Shared memory of k_attn_fa: queries and a key tile [rows][HD + 8], the
- * value tile transposed [HD][FA_K + 8], bf16 (padding: conflict-free
- * fragment reads). */
-size_t fa_shm(int hd) { return ((size_t)(FA_Q + FA_K) * (hd + 8) + (size_t)hd * (FA_K + 8)) * 2; }
-
-/* Prefill attention on the tensor cores (flash-attention style): one block
- * per (head, FA_Q queries), each warp 16 queries; per FA_K-key tile, S = Q.K^T
- * and O += P.V by mma.sync with Q, K, P, V rounded to bf16 and float32
- * accumulation; online softmax on the score fragments in registers. */
-template <int HD>
-__global__ void __launch_bounds__(FA_WARPS * 32)
-    k_attn_fa(float *out, const float *q, const float *kc, const float *vc, int slots, int H, int KVH, int window,
-              float scale, float softcap, const int *dpos, int pos0, int n_rows)
-{
-    pdl_wait();
-    pdl_trigger();
-    constexpr int LD = HD + 8, LDV = FA_K + 8;
-    extern __shared__ __nv_bfloat16 fsh[];
-    __nv_bfloat16 *Qs = fsh, *Ks = Qs + FA_Q * LD, *Vt = Ks + FA_K * LD;
-    int h = blockIdx.x, r0 = blockIdx.y * FA_Q, nr = min(FA_Q, n_rows - r0);
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
-    int base = (dpos ? *dpos : pos0) + r0;
-    int kvh = h / (H / KVH);
-    size_t kvs = (size_t)KVH * HD;
-    for (int i = threadIdx.x; i < FA_Q * HD / 2; i += blockDim.x) {
-        int row = i / (HD / 2), c2 = i % (HD / 2);
-        float2 v = row < nr ? ((const float2 *)(q + ((size_t)(r0 + row) * H + h) * HD))[c2] : make_float2(0, 0);
-        *(unsigned *)(Qs + row * LD + 2 * c2) = pack_bf16(v.x, v.y);
-    }
-    __syncthreads();
-    unsigned qa[HD / 16][4];
-    const __nv_bfloat16 *qrow = Qs + (warp * 16 + g) * LD + tg * 2;
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++) {
-        qa[kk][0] = *(const unsigned *)(qrow + kk * 16);
-        qa[kk][1] = *(const unsigned *)(qrow + 8 * LD + kk * 16);
-        qa[kk][2] = *(const unsigned *)(qrow + kk * 16 + 8);
-        qa[kk][3] = *(const unsigned *)(qrow + 8 * LD + kk * 16 + 8);
-    }
-    float o[HD / 8][4];
-#pragma unroll
-    for (int d = 0; d < HD / 8; d++)
-        o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
-    int pos[2] = {base + warp * 16 + g, base + warp * 16 + g + 8}, rlo[2];
-    for (int r = 0; r < 2; r++)
-        rlo[r] = window > 0 && pos[r] - window + 1 > 0 ? pos[r] - window + 1 : 0;
-    int last = base + nr - 1;
-    int lo = window > 0 && base - window + 1 > 0 ? base - window + 1 : 0;
-    for (int t0 = lo; t0 <= last; t0 += FA_K) {
-        __syncthreads(); /* the previous tile is consumed */
-        for (int i = threadIdx.x; i < FA_K * HD / 4; i += blockDim.x) {
-            /* K row-wise; V with consecutive threads on consecutive keys, so
-             * that the transposed stores hit distinct banks */
-            int j = i / (HD / 4), c4 = i % (HD / 4), t = t0 + j;
-            float4 z = make_float4(0, 0, 0, 0);
-            float4 kv = t <= last ? ((const float4 *)(kc + (size_t)(t % slots) * kvs + (size_t)kvh * HD))[c4] : z;
-            *(uint2 *)(Ks + j * LD + 4 * c4) = make_uint2(pack_bf16(kv.x, kv.y), pack_bf16(kv.z, kv.w));
-            int jv = i % FA_K, cv = i / FA_K, tv = t0 + jv;
-            float4 vv = tv <= last ? ((const float4 *)(vc + (size_t)(tv % slots) * kvs + (size_t)kvh * HD))[cv] : z;
-            Vt[(4 * cv + 0) * LDV + jv] = __float2bfloat16_rn(vv.x);
-            Vt[(4 * cv + 1) * LDV + jv] = __float2bfloat16_rn(vv.y);
-            Vt[(4 * cv + 2) * LDV + jv] = __float2bfloat16_rn(vv.z);
-            Vt[(4 * cv + 3) * LDV + jv] = __float2bfloat16_rn(vv.w);
-        }
-        __syncthreads();
-        float s[FA_K / 8][4];
-#pragma unroll
-        for (int nt = 0; nt < FA_K / 8; nt++) {
-            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0;
-            const __nv_bfloat16 *krow = Ks + (nt * 8 + g) * LD + tg * 2;
-#pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++) {
-                unsigned b[2] = {*(const unsigned *)(krow + kk * 16), *(const unsigned *)(krow + kk * 16 + 8)};
-                mma_bf16(s[nt], qa[kk], b);
-            }
-        }
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int nt = 0; nt < FA_K / 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int r = e >> 1, t = t0 + nt * 8 + tg * 2 + (e & 1);
-                float v = s[nt][e] * scale;
-                if (softcap > 0)
-                    v = softcap * tanhf(v / softcap);
-                if (t > pos[r] || t < rlo[r])
-                    v = -INFINITY;
-                s[nt][e] = v;
-                mx[r] = fmaxf(mx[r], v);
-            }
-        float corr[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            float mn = fmaxf(m[r], mx[r]);
-            corr[r] = mn == -INFINITY ? 1.0f : expf(m[r] - mn);
-            m[r] = mn;
-            l[r] *= corr[r];
-        }
-#pragma unroll
-        for (int nt = 0; nt < FA_K / 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int r = e >> 1;
-                float p = s[nt][e] == -INFINITY ? 0.0f : expf(s[nt][e] - m[r]);
-                s[nt][e] = p;
-                l[r] += p;
-            }
-#pragma unroll
-        for (int d = 0; d < HD / 8; d++) {
-            o[d][0] *= corr[0];
-            o[d][1] *= corr[0];
-            o[d][2] *= corr[1];
-            o[d][3] *= corr[1];
-        }
-#pragma unroll
-        for (int ks = 0; ks < FA_K / 16; ks++) {
-            unsigned pa[4] = {pack_bf16(s[2 * ks][0], s[2 * ks][1]), pack_bf16(s[2 * ks][2], s[2 * ks][3]),
-                              pack_bf16(s[2 * ks + 1][0], s[2 * ks + 1][1]),
-                              pack_bf16(s[2 * ks + 1][2], s[2 * ks + 1][3])};
-#pragma unroll
-            for (int d = 0; d < HD / 8; d++) {
-                const __nv_bfloat16 *vrow = Vt + (d * 8 + g) * LDV + ks * 16 + tg * 2;
-                unsigned b[2] = {*(const unsigned *)vrow, *(const unsigned *)(vrow + 8)};
-                mma_bf16(o[d], pa, b);
-            }
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int row = warp * 16 + g + 8 * r;
-        if (row >= nr)
-            continue;
-        float *dst = out + ((size_t)(r0 + row) * H + h) * HD + tg * 2;
-#pragma unroll
-        for (int d = 0; d < HD / 8; d++)
-            *(float2 *)(dst + d * 8) = make_float2(o[d][2 * r] / l[r], o[d][2 * r + 1] / l[r]);
-    }
-}
-
-/* Merges the splits of k_attn: one block per (head, query row). The first
- * warp finds the splits' weights (split-strided, so their loads are in
- * flight together), then every thread sums its dimensions over the splits. */
-__global__ void k_attn_merge(float *out, const float *part, int H, int hd, int nsplit)
-{
-    pdl_wait();
-    pdl_trigger();
-    extern __shared__ float wt[]; /* nsplit weights, then the normaliser */
-    int h = blockIdx.x, i = blockIdx.y, lane = threadIdx.x & 31;
-    const float *p = part + ((size_t)i * H + h) * nsplit * (hd + 2);
-    if (threadIdx.x < 32) {
-        float M = -INFINITY;
-        for (int s = lane; s < nsplit; s += 32)
-            M = fmaxf(M, p[s * (hd + 2) + hd]);
-#pragma unroll
-        for (int o = 16; o; o >>= 1)
-            M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-        float L = 0;
-        for (int s = lane; s < nsplit; s += 32) {
-            float ms = p[s * (hd + 2) + hd], w = ms == -INFINITY ? 0.0f : expf(ms - M);
-            wt[s] = w;
-            L += w * p[s * (hd + 2) + hd + 1];
-        }
-        L = warp_sum(L);
-        if (lane == 0)
-            wt[nsplit] = L;
-    }
-    __syncthreads();
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float a = 0;
-#pragma unroll 8
-        for (int s = 0; s < nsplit; s++)
-            a += wt[s] * p[s * (hd + 2) + d];
-        out[((size_t)i * H + h) * hd + d] = a / wt[nsplit];
     }
 }

@@ -76,9 +76,10 @@ __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
  * [Hq, Hq + Hk) k's. Each head: RMSNorm over head_dim, rotate-half RoPE
  * (inv: the float32 inverse frequencies computed on the host as the CPU
  * backend does); q's heads back in place, k's to the cache with v's head
- * of the same number. blockDim: head_dim rounded up to 32. */
+ * of the same number, both rounded to bf16 (the cache's precision).
+ * blockDim: head_dim rounded up to 32. */
 __global__ void k_qk_prepare(float *q, const float *k, const float *v, const void *qn, int dt_q, const void *kn,
-                             int dt_k, float *kc, float *vc, const float *inv, int hd, int Hq, int Hk, int slots,
+                             int dt_k, __nv_bfloat16 *kc, __nv_bfloat16 *vc, const float *inv, int hd, int Hq, int Hk, int slots,
                              const int *dpos, int pos0, float eps, int plus_one)
 {
     prefetch_norm(blockIdx.x < Hq ? qn : kn, blockIdx.x < Hq ? dt_q : dt_k, hd);
@@ -106,8 +107,8 @@ __global__ void k_qk_prepare(float *q, const float *k, const float *v, const voi
         return;
     }
     size_t slot = (size_t)((base + i) % slots) * cols + (size_t)hh * hd + t;
-    kc[slot] = out;
-    vc[slot] = v[at + t];
+    kc[slot] = __float2bfloat16_rn(out);
+    vc[slot] = __float2bfloat16_rn(v[at + t]);
 }
 
 __global__ void k_gated_act(float *g, const float *u, size_t n, int gelu)
