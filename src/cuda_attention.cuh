@@ -166,9 +166,10 @@ __device__ __forceinline__ void stage_q4(bf16 *dst, const float *src, bool in)
     *(uint2 *)dst = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
 }
 
-/* Keys of rows [0, n) of a key tile starting at t0: cache slot t % slots,
- * head kvh (kh, vh: the head's first column), 16-byte asynchronous copies
- * by `threads` threads from `tid`; keys past `last` read as zeros. */
+/* The K and V rows of keys t0 .. t0 + n - 1 of one head (kh, vh: its first
+ * column in the cache; key t in slot t % slots) into Kd, Vd [n][ld], by
+ * 16-byte asynchronous copies of `threads` threads from `tid`, one commit
+ * group; keys past `last` become zeros. */
 __device__ __forceinline__ void stage_kv(bf16 *Kd, bf16 *Vd, int ld, const bf16 *kh, const bf16 *vh, size_t kvs,
                                          int slots, int hd, int t0, int n, int last, int tid, int threads)
 {
@@ -238,8 +239,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     if (c < chunks)
         stage_kv(Kw, Kw + DEC_KEYS * LD, LD, kh, vh, kvs, slots, hd, lo + c * DEC_KEYS, DEC_KEYS, last, lane, 32);
     for (int i = threadIdx.x; i < 16 * hd / 4; i += blockDim.x) { /* Q, rows past the group's zero */
-        int r = i / (hd / 4), c = i % (hd / 4) * 4, f = min(f0 + r, nq - 1);
-        stage_q4(Qs + r * LD + c, q + ((size_t)(f / G) * H + kvh * G + f % G) * hd + c, f0 + r < nq);
+        int r = i / (hd / 4), col = i % (hd / 4) * 4, f = min(f0 + r, nq - 1);
+        stage_q4(Qs + r * LD + col, q + ((size_t)(f / G) * H + kvh * G + f % G) * hd + col, f0 + r < nq);
     }
     int lo_r[2], hi_r[2];
     for (int r = 0; r < 2; r++) {
