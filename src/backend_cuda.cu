@@ -72,7 +72,8 @@ struct pending_read {
 struct cuda_backend {
     lmx_backend base;
     int device;
-    int sms; /* multiprocessors: decode attention sizes its splits by them */
+    int sms;           /* multiprocessors */
+    int dec_blocks[3]; /* k_attn_dec<64, 128, 256> blocks a multiprocessor holds */
     cudaStream_t stream;
     cublasHandle_t blas;
     pthread_mutex_t lock; /* held from step_begin to step_end */
@@ -706,8 +707,9 @@ void cuda_qk_prepare(lmx_backend *be, lmx_tensor *q, lmx_tensor *k, const lmx_te
 }
 
 /* The attention kernels' shared memory beyond the default 48 KB, set once
- * per device (never while a graph is being captured). */
-cudaError_t attention_init(void)
+ * per device (never while a graph is being captured), and how many decode
+ * blocks a multiprocessor holds. */
+cudaError_t attention_init(cuda_backend *b)
 {
     const struct {
         const void *k;
@@ -719,6 +721,9 @@ cudaError_t attention_init(void)
     cudaError_t e = cudaSuccess;
     for (size_t i = 0; i < sizeof ks / sizeof *ks && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(ks[i].k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ks[i].shm);
+    for (int i = 0; i < 3 && e == cudaSuccess; i++)
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b->dec_blocks[i], (const void *)ks[i].k, DEC_WARPS * 32,
+                                                          ks[i].shm);
     return e;
 }
 
@@ -729,10 +734,12 @@ void attention_decode(cuda_backend *b, lmx_tensor *out, const lmx_tensor *q, con
 {
     int hd = p->head_dim, HD = hd <= 64 ? 64 : hd <= 128 ? 128 : 256;
     int groups = p->n_kv_heads * ((p->n_heads / p->n_kv_heads * p->n_rows + 15) / 16);
-    /* About one block per multiprocessor, never more splits than the cache
-     * has chunks for (each split takes DEC_WARPS chunks at a time); the
-     * grid depends on the cache's size only, not on the position. */
-    int chunks = (kc->rows + DEC_KEYS - 1) / DEC_KEYS, nsplit = (b->sms + groups - 1) / groups;
+    /* Splits enough for every multiprocessor to hold as many blocks as it
+     * can, all at once (one wave, no tail), and never more splits than the
+     * cache has chunks for (each split takes DEC_WARPS chunks at a time);
+     * the grid depends on the cache's size only, not on the position. */
+    int resident = b->sms * b->dec_blocks[HD == 64 ? 0 : HD == 128 ? 1 : 2];
+    int chunks = (kc->rows + DEC_KEYS - 1) / DEC_KEYS, nsplit = resident / groups;
     nsplit = nsplit < (chunks + DEC_WARPS - 1) / DEC_WARPS ? nsplit : (chunks + DEC_WARPS - 1) / DEC_WARPS;
     nsplit = nsplit < 1 ? 1 : nsplit;
     if (nsplit > 1 &&
@@ -744,10 +751,9 @@ void attention_decode(cuda_backend *b, lmx_tensor *out, const lmx_tensor *q, con
            (const bf16 *)vc->data, kc->rows, p->n_heads, p->n_kv_heads, hd, p->window, p->scale, p->softcap, dpos,
            p->pos0, p->n_rows);
     launched(b, "attention");
-    if (nsplit > 1) { /* nsplit <= the multiprocessors: its weights fit the default shared memory */
+    if (nsplit > 1) { /* a few hundred splits at most: their weights fit the default shared memory */
         launch(b, k_attn_merge, dim3(p->n_heads, p->n_rows), (hd + 31) / 32 * 32, (nsplit + 1) * sizeof(float),
-               f32(out), b->part,
-               p->n_heads, hd, nsplit, p->window, dpos, p->pos0, p->n_rows);
+               f32(out), b->part, p->n_heads, hd, nsplit, p->window, dpos, p->pos0, p->n_rows);
         launched(b, "attention merge");
     }
 }
@@ -1077,7 +1083,7 @@ extern "C" lmx_backend *lmx_backend_cuda_new(int device, int quant, lmx_error *e
     if (e == cudaSuccess)
         what = "device attributes", e = cudaDeviceGetAttribute(&b->sms, cudaDevAttrMultiProcessorCount, device);
     if (e == cudaSuccess)
-        what = "attention kernels", e = attention_init();
+        what = "attention kernels", e = attention_init(b);
     if (e != cudaSuccess) {
         lmx_fail(err, LMX_ERR_UNSUPPORTED, "lmx_load: device cuda: %s: %s", what, cudaGetErrorString(e));
         cuda_destroy(&b->base);

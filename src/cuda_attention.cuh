@@ -169,16 +169,20 @@ __device__ __forceinline__ void stage_q4(bf16 *dst, const float *src, bool in)
 /* The K and V rows of keys t0 .. t0 + n - 1 of one head (kh, vh: its first
  * column in the cache; key t in slot t % slots) into Kd, Vd [n][ld], by
  * 16-byte asynchronous copies of `threads` threads from `tid`, one commit
- * group; keys past `last` become zeros. */
+ * group; keys past `last` become zeros. Each thread copies one 16-byte
+ * column of every step-th row, its slot advanced without a division;
+ * threads past the last whole row of a step idle (hd / 8 <= threads). */
 __device__ __forceinline__ void stage_kv(bf16 *Kd, bf16 *Vd, int ld, const bf16 *kh, const bf16 *vh, size_t kvs,
                                          int slots, int hd, int t0, int n, int last, int tid, int threads)
 {
-    int h8 = hd / 8;
-    for (int i = tid; i < n * h8; i += threads) {
-        int r = i / h8, c = i % h8 * 8, t = t0 + r;
-        size_t off = (size_t)(t % slots) * kvs + c;
-        cp_async16(Kd + r * ld + c, kh + off, t <= last);
-        cp_async16(Vd + r * ld + c, vh + off, t <= last);
+    int h8 = hd / 8, step = threads / h8, r = tid / h8, c = tid % h8 * 8;
+    int slot = (t0 + r) % slots, sstep = step % slots;
+    for (; r < n && tid < step * h8; r += step) {
+        size_t off = (size_t)slot * kvs + c;
+        cp_async16(Kd + r * ld + c, kh + off, t0 + r <= last);
+        cp_async16(Vd + r * ld + c, vh + off, t0 + r <= last);
+        slot += sstep;
+        slot -= slot >= slots ? slots : 0;
     }
     cp_async_commit();
 }
