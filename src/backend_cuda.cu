@@ -766,8 +766,9 @@ void cuda_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const
         return;
     int hd = p->head_dim;
     if (hd % 16 || hd > 256 || p->n_heads % p->n_kv_heads || kc->dtype != LMX_DT_BF16 || vc->dtype != LMX_DT_BF16) {
-        fail(b, LMX_ERR_UNSUPPORTED, "cuda: attention with head_dim %d (a multiple of 16 up to 256 wanted), %d heads over %d%s",
-             hd, p->n_heads, p->n_kv_heads, kc->dtype != LMX_DT_BF16 ? ", cache not from alloc_cache" : "");
+        fail(b, LMX_ERR_UNSUPPORTED,
+             "cuda: attention with head_dim %d (a multiple of 16 up to 256 wanted), %d heads over %d%s", hd,
+             p->n_heads, p->n_kv_heads, kc->dtype != LMX_DT_BF16 ? ", cache not from alloc_cache" : "");
         return;
     }
     const int *dpos = step_pos(b, p->pos0);
@@ -786,8 +787,8 @@ void cuda_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const
     }
     dim3 grid(p->n_heads, (p->n_rows + PF_ROWS - 1) / PF_ROWS);
     auto k = hd <= 64 ? k_attn_prefill<2> : hd <= 128 ? k_attn_prefill<4> : k_attn_prefill<8>;
-    launch(b, k, grid, PF_WARPS * 32, prefill_shm(hd), f32(out), f32(q), kcd, vcd, kc->rows, p->n_heads, p->n_kv_heads, hd,
-           p->window, p->scale, p->softcap, dpos, p->pos0, p->n_rows);
+    launch(b, k, grid, PF_WARPS * 32, prefill_shm(hd), f32(out), f32(q), kcd, vcd, kc->rows, p->n_heads,
+           p->n_kv_heads, hd, p->window, p->scale, p->softcap, dpos, p->pos0, p->n_rows);
     launched(b, "attention (prefill)");
 }
 

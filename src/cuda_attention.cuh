@@ -30,7 +30,10 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool in)
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 /* Waits until at most N of this thread's copy groups are in flight. */
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
 /* Four 8x8 bf16 matrices from shared memory: lanes 8m..8m+7 give the row
  * addresses of matrix m; r[m] gets its row lane/4, columns 2(lane%4) and

@@ -79,8 +79,8 @@ __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
  * of the same number, both rounded to bf16 (the cache's precision).
  * blockDim: head_dim rounded up to 32. */
 __global__ void k_qk_prepare(float *q, const float *k, const float *v, const void *qn, int dt_q, const void *kn,
-                             int dt_k, __nv_bfloat16 *kc, __nv_bfloat16 *vc, const float *inv, int hd, int Hq, int Hk, int slots,
-                             const int *dpos, int pos0, float eps, int plus_one)
+                             int dt_k, __nv_bfloat16 *kc, __nv_bfloat16 *vc, const float *inv, int hd, int Hq,
+                             int Hk, int slots, const int *dpos, int pos0, float eps, int plus_one)
 {
     prefetch_norm(blockIdx.x < Hq ? qn : kn, blockIdx.x < Hq ? dt_q : dt_k, hd);
     pdl_wait();
