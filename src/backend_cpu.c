@@ -362,6 +362,7 @@ static void cpu_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q,
 }
 
 typedef struct act_job {
+    const lmx_cpu_kernels *k;
     float *g;
     const float *u;
     size_t n;
@@ -373,20 +374,14 @@ enum { ACT_CHUNK = 4096 };
 static void act_task(void *ctx, int task, int worker)
 {
     const act_job *j = ctx;
-    size_t i0 = (size_t)task * ACT_CHUNK, i1 = i0 + ACT_CHUNK < j->n ? i0 + ACT_CHUNK : j->n;
-    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-    for (size_t i = i0; i < i1; i++) {
-        float x = j->g[i];
-        float a = j->act == LMX_ACT_SILU ? x / (1.0f + expf(-x))
-                                         : 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-        j->g[i] = a * j->u[i];
-    }
+    size_t i0 = (size_t)task * ACT_CHUNK, n = i0 + ACT_CHUNK < j->n ? ACT_CHUNK : j->n - i0;
+    j->k->gated_act(j->g + i0, j->u + i0, n, j->act != LMX_ACT_SILU);
 }
 
 static void cpu_gated_act(lmx_backend *be, lmx_tensor *gate, const lmx_tensor *up, int n_rows,
                           lmx_activation act)
 {
-    act_job j = {f32(gate), f32(up), (size_t)n_rows * gate->cols, act};
+    act_job j = {cpu(be)->k, f32(gate), f32(up), (size_t)n_rows * gate->cols, act};
     lmx_pool_run(pool_of(be), (int)((j.n + ACT_CHUNK - 1) / ACT_CHUNK), act_task, &j);
 }
 

@@ -6,6 +6,8 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "cpu_kernels.h"
 #include "dtype.h"
@@ -102,6 +104,41 @@ static inline void gen_quant_x(const float *x, int K, int G, int C, int8_t *xq, 
             xq[c + e] = (int8_t)(u[e] & 255);
             xq[c + L / 2 + e] = (int8_t)(u[e] >> 8);
         }
+    }
+}
+
+/* e^x for x in [-87, 88] (clamped), within ~2 ulp: x = n ln2 + r, e^r
+ * by its Taylor polynomial to r^7 (|r| <= ln2 / 2), 2^n put in the
+ * exponent bits. Plain arithmetic, so that the loops calling it vectorise
+ * (libm's expf does not). */
+static inline float gen_exp(float x)
+{
+    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+    const float big = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    float n = (x * 1.44269504f + big) - big;
+    float r = (x - n * 0.693359375f) + n * 2.12194440e-4f; /* ln2 in two parts */
+    float p = 1.0f / 5040;
+    p = p * r + 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t e = ((int32_t)n + 127) << 23;
+    float two_n;
+    memcpy(&two_n, &e, 4);
+    return p * two_n;
+}
+
+/* g[i] = act(g[i]) * u[i]: SiLU x sigmoid(x), or GELU's tanh form, which
+ * is x sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)). */
+static inline void gen_gated_act(float *g, const float *u, size_t n, int gelu)
+{
+    const float c = 2 * 0.7978845608028654f;
+    for (size_t i = 0; i < n; i++) {
+        float x = g[i], a = gelu ? c * (x + 0.044715f * x * x * x) : x;
+        g[i] = x / (1.0f + gen_exp(-a)) * u[i];
     }
 }
 

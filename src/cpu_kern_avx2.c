@@ -258,6 +258,7 @@ static const lmx_cpu_kernels avx2 = {
     .tile = tile_avx2,
     .attn_scores = attn_scores_avx2,
     .attn_accum = attn_accum_avx2,
+    .gated_act = gen_gated_act,
     .dot = dot_avx2,
     .axpy = axpy_avx2,
     .scale = scale_avx2,

@@ -128,6 +128,7 @@ static const lmx_cpu_kernels scalar = {
     .tile = tile_scalar,
     .attn_scores = attn_scores_scalar,
     .attn_accum = attn_accum_scalar,
+    .gated_act = gen_gated_act,
     .dot = dot_scalar,
     .axpy = axpy_scalar,
     .scale = scale_scalar,

@@ -3,6 +3,7 @@
 #ifndef LMX_CPU_KERNELS_H
 #define LMX_CPU_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "cpu_path.h"
@@ -65,6 +66,8 @@ typedef struct lmx_cpu_kernels {
     void (*amx_split)(const float *w, int K, uint16_t *hi, uint16_t *lo);
     void (*amx_gemm)(const uint16_t *w, const uint16_t *wlo, int K, const uint16_t *hi, const uint16_t *lo, int n,
                      float *out, int ldo);
+    /* g[i] = act(g[i]) * u[i], act SiLU (gelu 0) or GELU's tanh form */
+    void (*gated_act)(float *g, const float *u, size_t n, int gelu);
     float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n); /* y += a * x */
     void (*scale)(float *y, float a, int n);                /* y *= a */

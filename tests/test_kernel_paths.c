@@ -106,6 +106,22 @@ static void check_kernels(const lmx_cpu_kernels *k, const lmx_cpu_kernels *ref, 
     for (int i = 0; i < 77; i++)
         worst = fmaxf(worst, fabsf(y[i] - z[i]));
     CHECK(worst < 1e-6f, "%s axpy/scale: %g", lmx_cpu_path_name(k->path), worst);
+    /* the gated activations against libm's, over the range where they bend */
+    for (int gelu = 0; gelu < 2; gelu++) {
+        enum { NA = 301 };
+        static float g[NA], up[NA];
+        float wa = 0;
+        for (int i = 0; i < NA; i++)
+            g[i] = (float)(i - NA / 2) / 10.0f, up[i] = frand();
+        k->gated_act(g, up, NA, gelu);
+        for (int i = 0; i < NA; i++) {
+            float x = (float)(i - NA / 2) / 10.0f;
+            float a = gelu ? 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)))
+                           : x / (1.0f + expf(-x));
+            wa = fmaxf(wa, fabsf(g[i] - a * up[i]) / (fabsf(x) + 1e-3f));
+        }
+        CHECK(wa < 1e-6f, "%s %s: relative error %g", lmx_cpu_path_name(k->path), gelu ? "gelu" : "silu", wa);
+    }
     /* attention blocks, for the head sizes with register-resident kernels */
     enum { NB = 37, STRIDE = 512 + 16 };
     static float q[256], kv[NB * STRIDE], pr[NB], s1[NB], s2[NB], acc1[256], acc2[256];
