@@ -286,45 +286,46 @@ typedef struct attn_job {
 
 enum { ATTN_BLOCK = 64, ATTN_ROWS = 16 };
 
-/* One head for a block of up to ATTN_ROWS query rows: keys in blocks of
- * ATTN_BLOCK consecutive cache slots, each block scored and accumulated by
- * every query of the task while it is in cache, with an online softmax
- * (one rescale per query and block); memory stays constant whatever the
- * context length. A query sees keys [lo, pos], a contiguous part of each
- * block. */
+/* One KV head for a block of up to ATTN_ROWS queries, taken row by row
+ * and, within a row, over the query heads that share the KV head (GQA), so
+ * that each key and value is read once per block of queries, not once per
+ * query head. Keys come in blocks of ATTN_BLOCK consecutive cache slots,
+ * each scored and accumulated by every query of the task while it is in
+ * cache, with an online softmax (one rescale per query and block); memory
+ * stays constant whatever the context length. A query sees keys [lo, pos],
+ * a contiguous part of each block. */
 static void attn_task(void *ctx, int task, int worker)
 {
     const attn_job *j = ctx;
     const lmx_cpu_kernels *kern = j->k;
     const lmx_attn_params *p = j->p;
-    int hd = p->head_dim, h = task % p->n_heads, i0 = task / p->n_heads * ATTN_ROWS;
-    int nr = p->n_rows - i0 < ATTN_ROWS ? p->n_rows - i0 : ATTN_ROWS;
-    int kvh = h / (p->n_heads / p->n_kv_heads);
+    int hd = p->head_dim, G = p->n_heads / p->n_kv_heads, kvh = task % p->n_kv_heads;
+    int q0 = task / p->n_kv_heads * ATTN_ROWS, nr = p->n_rows * G - q0 < ATTN_ROWS ? p->n_rows * G - q0 : ATTN_ROWS;
     size_t kv_stride = (size_t)p->n_kv_heads * hd, q_stride = (size_t)p->n_heads * hd;
     float acc[ATTN_ROWS][hd], sc[ATTN_BLOCK], m[ATTN_ROWS], l[ATTN_ROWS];
-    int lo[ATTN_ROWS] = {0}; /* nr >= 1; the zeroes keep -Wmaybe-uninitialized quiet */
+    int lo[ATTN_ROWS] = {0}, pos[ATTN_ROWS] = {0}; /* nr >= 1; the zeroes keep -Wmaybe-uninitialized quiet */
+    size_t at[ATTN_ROWS];                         /* where query r sits in q and out */
     for (int r = 0; r < nr; r++) {
-        int pos = p->pos0 + i0 + r;
-        lo[r] = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0;
+        int row = (q0 + r) / G, h = kvh * G + (q0 + r) % G;
+        pos[r] = p->pos0 + row;
+        lo[r] = p->window > 0 && pos[r] - p->window + 1 > 0 ? pos[r] - p->window + 1 : 0;
+        at[r] = (size_t)row * q_stride + (size_t)h * hd;
         m[r] = -INFINITY;
         l[r] = 0;
         memset(acc[r], 0, sizeof acc[r]);
     }
-    int last = p->pos0 + i0 + nr - 1;
-    for (int t0 = lo[0]; t0 <= last;) {
+    for (int t0 = lo[0]; t0 <= pos[nr - 1];) {
         /* a block of consecutive cache slots: it ends at the ring's end */
-        int slot0 = t0 % j->cap, nb = last + 1 - t0;
+        int slot0 = t0 % j->cap, nb = pos[nr - 1] + 1 - t0;
         nb = nb < ATTN_BLOCK ? nb : ATTN_BLOCK;
         nb = nb < j->cap - slot0 ? nb : j->cap - slot0;
         const float *kb = j->kc + (size_t)slot0 * kv_stride + (size_t)kvh * hd;
         const float *vb = j->vc + (size_t)slot0 * kv_stride + (size_t)kvh * hd;
         for (int r = 0; r < nr; r++) {
-            int pos = p->pos0 + i0 + r;
-            int b0 = lo[r] > t0 ? lo[r] - t0 : 0, b1 = pos + 1 - t0 < nb ? pos + 1 - t0 : nb;
+            int b0 = lo[r] > t0 ? lo[r] - t0 : 0, b1 = pos[r] + 1 - t0 < nb ? pos[r] + 1 - t0 : nb;
             if (b0 >= b1)
                 continue;
-            const float *q = j->q + (size_t)(i0 + r) * q_stride + (size_t)h * hd;
-            kern->attn_scores(q, kb + (size_t)b0 * kv_stride, kv_stride, b1 - b0, hd, sc);
+            kern->attn_scores(j->q + at[r], kb + (size_t)b0 * kv_stride, kv_stride, b1 - b0, hd, sc);
             float bm = -INFINITY;
             for (int b = 0; b < b1 - b0; b++) {
                 float s = sc[b] * p->scale;
@@ -347,18 +348,17 @@ static void attn_task(void *ctx, int task, int worker)
         }
         t0 += nb;
     }
-    for (int r = 0; r < nr; r++) {
-        float *o = j->out + (size_t)(i0 + r) * q_stride + (size_t)h * hd;
+    for (int r = 0; r < nr; r++)
         for (int d = 0; d < hd; d++)
-            o[d] = acc[r][d] / l[r];
-    }
+            j->out[at[r] + d] = acc[r][d] / l[r];
 }
 
 static void cpu_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const lmx_tensor *kc,
                           const lmx_tensor *vc, const lmx_attn_params *p)
 {
     attn_job j = {cpu(be)->k, f32(out), f32(q), f32(kc), f32(vc), kc->rows, p};
-    lmx_pool_run(pool_of(be), (p->n_rows + ATTN_ROWS - 1) / ATTN_ROWS * p->n_heads, attn_task, &j);
+    int nq = p->n_rows * (p->n_heads / p->n_kv_heads);
+    lmx_pool_run(pool_of(be), (nq + ATTN_ROWS - 1) / ATTN_ROWS * p->n_kv_heads, attn_task, &j);
 }
 
 typedef struct act_job {
