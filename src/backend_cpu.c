@@ -59,6 +59,7 @@ static float elem(const lmx_tensor *w, size_t i)
 /* Tensors ----------------------------------------------------------------- */
 
 typedef struct quant_job {
+    const lmx_cpu_kernels *k;
     const lmx_cpu_weight *src, *dst;
     int rows_per_task;
 } quant_job;
@@ -67,7 +68,7 @@ static void quant_task(void *ctx, int task, int worker)
 {
     const quant_job *j = ctx;
     int r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
-    lmx_quant_rows(j->src, j->dst, r0, r1 < j->src->rows ? r1 : j->src->rows);
+    j->k->quant_rows(j->src, j->dst, r0, r1 < j->src->rows ? r1 : j->src->rows);
 }
 
 /* Replaces w->w by a quantized copy; the source pages are dropped from
@@ -84,7 +85,7 @@ static int quantize(cpu_backend *b, lmx_tensor *w)
         return -1;
     lmx_cpu_weight q = {bits == 8 ? LMX_WK_Q8 : LMX_WK_Q4, w->rows, K, buf,
                         (const uint16_t *)(buf + qbytes), (const uint16_t *)(buf + qbytes) + ng, G};
-    quant_job j = {&w->w, &q, 64};
+    quant_job j = {b->k, &w->w, &q, 64};
     lmx_pool_run(b->pool, (w->rows + 63) / 64, quant_task, &j);
     long page = sysconf(_SC_PAGESIZE);
     if (page > 0) {

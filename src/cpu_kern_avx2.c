@@ -252,6 +252,7 @@ static const lmx_cpu_kernels avx2 = {
     .q4_chunk = 32,
     .matvec = matvec_avx2,
     .quant_x = gen_quant_x,
+    .quant_rows = gen_quant_rows,
     .decode = decode_avx2,
     .tile_mr = MR,
     .tile_nx = NX,

@@ -122,6 +122,7 @@ static const lmx_cpu_kernels scalar = {
     .q4_chunk = 2,
     .matvec = matvec_scalar,
     .quant_x = gen_quant_x,
+    .quant_rows = gen_quant_rows,
     .decode = gen_decode,
     .tile_mr = MR,
     .tile_nx = NX,

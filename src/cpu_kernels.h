@@ -48,6 +48,8 @@ typedef struct lmx_cpu_kernels {
      * groups of G: xq[K], and xd, xqsum[K / G] (lmx_cpu_x); with C > 0 (q4),
      * every run of C values of xq stored evens, then odds. */
     void (*quant_x)(const float *x, int K, int G, int C, int8_t *xq, float *xd, int32_t *xqsum);
+    /* lmx_quant_rows (quant.h); every path gives the same bytes */
+    void (*quant_rows)(const lmx_cpu_weight *src, const lmx_cpu_weight *dst, int r0, int r1);
     /* dst[0, cols) = row r of w as float32. */
     void (*decode)(const lmx_cpu_weight *w, int r, float *dst);
     /* The GEMM micro-tile: mr rows of weights (wt: tile_mr rows of K

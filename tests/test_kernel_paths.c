@@ -57,6 +57,37 @@ static lmx_cpu_weight make_weight(lmx_wkind kind, int N, int K, void **keep)
 
 static const char *const kind_names[] = {"f32", "f16", "bf16", "q8", "q4"};
 
+/* src quantized by qr into one malloc'd buffer of *bytes (data, scales, biases). */
+static uint8_t *quant_bytes(void (*qr)(const lmx_cpu_weight *, const lmx_cpu_weight *, int, int),
+                            const lmx_cpu_weight *src, lmx_wkind kind, size_t *bytes)
+{
+    int N = src->rows, K = src->cols, G = lmx_quant_group(K);
+    size_t qb = (size_t)N * lmx_quant_row_bytes(K, kind == LMX_WK_Q8 ? 8 : 4), ng = (size_t)N * (K / G);
+    *bytes = qb + 2 * ng * sizeof(uint16_t);
+    uint8_t *buf = calloc(1, *bytes);
+    lmx_cpu_weight q = {kind, N, K, buf, (uint16_t *)(buf + qb), (uint16_t *)(buf + qb) + ng, G};
+    qr(src, &q, 0, N);
+    return buf;
+}
+
+/* The path's on-load quantizer gives the portable one's bytes. */
+static void check_quant(const lmx_cpu_kernels *k)
+{
+    const int Ks[] = {64, 96, 1024};
+    for (int src_kind = LMX_WK_F32; src_kind <= LMX_WK_BF16; src_kind++)
+        for (int kind = LMX_WK_Q8; kind <= LMX_WK_Q4; kind++)
+            for (int ki = 0; ki < 3; ki++) {
+                void *keep;
+                lmx_cpu_weight src = make_weight((lmx_wkind)src_kind, 37, Ks[ki], &keep);
+                size_t n1, n2;
+                uint8_t *a = quant_bytes(k->quant_rows, &src, (lmx_wkind)kind, &n1);
+                uint8_t *b = quant_bytes(lmx_quant_rows, &src, (lmx_wkind)kind, &n2);
+                CHECK(!memcmp(a, b, n1), "%s quantize %s to %s, K %d", lmx_cpu_path_name(k->path),
+                      kind_names[src_kind], kind_names[kind], Ks[ki]);
+                free(a), free(b), free(keep);
+            }
+}
+
 /* The path's matmul against the scalar one, and its decode and vector ops. */
 static void check_kernels(const lmx_cpu_kernels *k, const lmx_cpu_kernels *ref, lmx_pool *pool)
 {
@@ -180,8 +211,10 @@ int main(void)
         }
         const lmx_cpu_kernels *k = lmx_cpu_kernels_for((lmx_cpu_path)p);
         CHECK(k && k->path == (lmx_cpu_path)p, "kernels for %s", name);
-        if (k && pool)
+        if (k && pool) {
             check_kernels(k, ref, pool);
+            check_quant(k);
+        }
         /* the default path's fixtures are test_model_fixtures' own run */
         lmx_cpu_path best;
         if (lmx_cpu_path_select(&best, NULL) == LMX_OK && best == (lmx_cpu_path)p) {
