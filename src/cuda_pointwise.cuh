@@ -13,8 +13,10 @@ __global__ void k_embed(float *out, wview table, int rows, const int *ids, int f
         out[(size_t)i * cols + c] = mine ? wview_at(table, (size_t)id, c) * scale : 0.0f;
 }
 
-/* One block per dim-long vector. */
-__global__ void k_rmsnorm(float *out, const float *x, const void *w, int dt, int dim, float eps, int plus_one)
+/* One block per dim-long vector; with q.xq (vectors that are whole rows)
+ * the output is also quantized for the q8/q4 GEMV that reads it. */
+__global__ void k_rmsnorm(float *out, const float *x, const void *w, int dt, int dim, float eps, int plus_one,
+                          xquant q)
 {
     prefetch_norm(w, dt, dim);
     pdl_wait();
@@ -28,13 +30,16 @@ __global__ void k_rmsnorm(float *out, const float *x, const void *w, int dt, int
     float r = 1.0f / sqrtf(block_sum(ss, red) / dim + eps);
     for (int j = threadIdx.x; j < dim; j += blockDim.x)
         dst[j] = src[j] * r * norm_w(w, dt, j, plus_one);
+    if (q.xq)
+        quant_row(q, dst, dim, blockIdx.x);
 }
 
 /* A residual connection and the next norm, one block per row of dim:
- * y' = post ? rmsnorm(y, post) : y; x += y'; h = rmsnorm(x, next). */
+ * y' = post ? rmsnorm(y, post) : y; x += y'; h = rmsnorm(x, next); h also
+ * quantized with q.xq, as k_rmsnorm. */
 __global__ void k_residual_norm(float *__restrict__ x, float *__restrict__ h, const float *__restrict__ y,
                                 const void *post, int dt_post, const void *next, int dt_next, int dim, float eps,
-                                int plus_one)
+                                int plus_one, xquant q)
 {
     prefetch_norm(post, dt_post, dim);
     prefetch_norm(next, dt_next, dim);
@@ -62,6 +67,8 @@ __global__ void k_residual_norm(float *__restrict__ x, float *__restrict__ h, co
     float r = 1.0f / sqrtf(block_sum(ss, red) / dim + eps);
     for (int j = threadIdx.x; j < dim; j += blockDim.x)
         hr[j] = xr[j] * r * norm_w(next, dt_next, j, plus_one);
+    if (q.xq)
+        quant_row(q, hr, dim, blockIdx.x);
 }
 
 __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
