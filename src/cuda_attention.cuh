@@ -14,8 +14,8 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
     k_attn(float *out, float *part, const float *q, const float *kc, const float *vc, int slots, int H, int KVH,
            int hd, int window, float scale, float softcap, const int *dpos, int pos0, int split_keys)
 {
-    pdl_wait();
     pdl_trigger();
+    pdl_wait();
     extern __shared__ float sh[]; /* ATTN_WARPS * (hd + 2) */
     int h = blockIdx.x, i = blockIdx.y, s = blockIdx.z, nsplit = gridDim.z;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -116,8 +116,8 @@ __global__ void __launch_bounds__(PF_WARPS * 32)
     k_attn_prefill(float *out, const float *q, const float *kc, const float *vc, int slots, int H, int KVH, int hd,
                    int window, float scale, float softcap, const int *dpos, int pos0, int n_rows)
 {
-    pdl_wait();
     pdl_trigger();
+    pdl_wait();
     constexpr int RW = PF_ROWS / PF_WARPS;
     extern __shared__ float sh[];
     int ld = hd + 4;
@@ -257,8 +257,8 @@ __global__ void __launch_bounds__(FA_WARPS * 32)
     k_attn_fa(float *out, const float *q, const float *kc, const float *vc, int slots, int H, int KVH, int window,
               float scale, float softcap, const int *dpos, int pos0, int n_rows)
 {
-    pdl_wait();
     pdl_trigger();
+    pdl_wait();
     constexpr int LD = HD + 8, LDV = FA_K + 8;
     extern __shared__ __nv_bfloat16 fsh[];
     __nv_bfloat16 *Qs = fsh, *Ks = Qs + FA_Q * LD, *Vt = Ks + FA_K * LD;
@@ -395,8 +395,8 @@ __global__ void __launch_bounds__(FA_WARPS * 32)
  * flight together), then every thread sums its dimensions over the splits. */
 __global__ void k_attn_merge(float *out, const float *part, int H, int hd, int nsplit)
 {
-    pdl_wait();
     pdl_trigger();
+    pdl_wait();
     extern __shared__ float wt[]; /* nsplit weights, then the normaliser */
     int h = blockIdx.x, i = blockIdx.y, lane = threadIdx.x & 31;
     const float *p = part + ((size_t)i * H + h) * nsplit * (hd + 2);

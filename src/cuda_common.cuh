@@ -3,10 +3,14 @@
 #pragma once
 
 /* Programmatic dependent launch: every kernel is launched allowed to start
- * before its predecessor ends (hiding launch gaps, in graphs too), lets its
- * own successor start at once, and waits for its predecessors' results
- * with pdl_wait() before touching any memory they read or write. Only
- * immutable data (weights) may be read before the wait. */
+ * before its predecessor ends (hiding launch gaps, in graphs too). It lets
+ * its own successor launch first thing (pdl_trigger), so that the
+ * successor's weight loads overlap this kernel's wait as well as its work;
+ * and it waits for its predecessor's results with pdl_wait() before
+ * touching any memory that kernels write. Only immutable data (weights)
+ * may be read before the wait. A successor launches only once every block
+ * of this kernel is resident and has triggered, so early triggers cannot
+ * starve this kernel of SMs. */
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" :::); }
 

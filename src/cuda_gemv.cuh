@@ -155,8 +155,8 @@ __device__ __forceinline__ void dot_rows(float (&acc)[M][R], const wrow (&wr)[M]
         for (int m = 0; m < M; m++)
             if (lane + 32 * j < nv)
                 u[m][j] = __ldcs(wr[m].w + lane + 32 * j);
-    pdl_wait();
     pdl_trigger();
+    pdl_wait();
     for (int i = lane; i < nv; i += 32 * U) {
         uint4 cur[M][U];
 #pragma unroll
@@ -257,8 +257,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_set s, xin x, int
 /* x quantized for the q8/q4 GEMV (xquant), one warp per (row, group). */
 __global__ void k_quant_x(xquant q, const float *x, int K, int nr)
 {
-    pdl_wait();
     pdl_trigger();
+    pdl_wait();
     int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5), ng = K / q.G;
     if (warp < nr * ng)
         quant_group(q, x + (size_t)(warp / ng) * K, K, warp / ng, warp % ng, threadIdx.x & 31);
@@ -268,8 +268,8 @@ __global__ void k_quant_x(xquant q, const float *x, int K, int nr)
  * take them from there), 8 elements a thread. */
 __global__ void k_dequant(__nv_bfloat16 *dst, wview w, int r0, int nr)
 {
-    pdl_wait(); /* dst may still be read by the previous product */
     pdl_trigger();
+    pdl_wait(); /* dst may still be read by the previous product */
     size_t n8 = (size_t)nr * w.cols / 8;
     int ng = w.cols / w.group;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n8; i += (size_t)gridDim.x * blockDim.x) {
@@ -300,8 +300,8 @@ __global__ void k_dequant(__nv_bfloat16 *dst, wview w, int r0, int nr)
 /* Any K, any alignment: one warp per (row of x, weight row). */
 __global__ void k_gemv_any(float *out, const float *x, const void *w, int dt, int N, int K)
 {
-    pdl_wait();
     pdl_trigger();
+    pdl_wait();
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int n = blockIdx.x * GEMV_WARPS + warp, r = blockIdx.y;
     if (n >= N)

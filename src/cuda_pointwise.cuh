@@ -5,8 +5,8 @@
 /* Rows of ids outside [first_id, first_id + rows) are zero. */
 __global__ void k_embed(float *out, wview table, int rows, const int *ids, int first_id, float scale)
 {
-    pdl_wait();
     pdl_trigger();
+    pdl_wait();
     int i = blockIdx.y, id = ids[i] - first_id, cols = table.cols;
     bool mine = id >= 0 && id < rows;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
@@ -19,8 +19,8 @@ __global__ void k_rmsnorm(float *out, const float *x, const void *w, int dt, int
                           xquant q)
 {
     prefetch_norm(w, dt, dim);
-    pdl_wait();
     pdl_trigger();
+    pdl_wait();
     __shared__ float red[32];
     const float *src = x + (size_t)blockIdx.x * dim;
     float *dst = out + (size_t)blockIdx.x * dim;
@@ -43,8 +43,8 @@ __global__ void k_residual_norm(float *__restrict__ x, float *__restrict__ h, co
 {
     prefetch_norm(post, dt_post, dim);
     prefetch_norm(next, dt_next, dim);
-    pdl_wait();
     pdl_trigger();
+    pdl_wait();
     __shared__ float red[32];
     size_t row = (size_t)blockIdx.x * dim;
     float *xr = x + row, *hr = h + row;
@@ -73,8 +73,8 @@ __global__ void k_residual_norm(float *__restrict__ x, float *__restrict__ h, co
 
 __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
 {
-    pdl_wait();
     pdl_trigger();
+    pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         dst[i] = __float2bfloat16_rn(src[i]);
 }
@@ -89,8 +89,8 @@ __global__ void k_qk_prepare(float *q, const float *k, const float *v, const voi
                              const int *dpos, int pos0, float eps, int plus_one)
 {
     prefetch_norm(blockIdx.x < Hq ? qn : kn, blockIdx.x < Hq ? dt_q : dt_k, hd);
-    pdl_wait();
     pdl_trigger();
+    pdl_wait();
     extern __shared__ float normed[]; /* hd */
     __shared__ float red[32];
     int h = blockIdx.x, i = blockIdx.y, t = threadIdx.x;
@@ -119,16 +119,16 @@ __global__ void k_qk_prepare(float *q, const float *k, const float *v, const voi
 
 __global__ void k_gated_act(float *g, const float *u, size_t n, int gelu)
 {
-    pdl_wait();
     pdl_trigger();
+    pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         g[i] = act_fn(g[i], gelu) * u[i];
 }
 
 __global__ void k_softcap(float *x, size_t n, float cap)
 {
-    pdl_wait();
     pdl_trigger();
+    pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         x[i] = cap * tanhf(x[i] / cap);
 }
