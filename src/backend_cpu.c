@@ -255,14 +255,19 @@ static void cpu_rope(lmx_backend *be, lmx_tensor *x, int n_rows, int head_dim, i
     }
 }
 
-static void cpu_kv_write(lmx_backend *be, lmx_tensor *kc, lmx_tensor *vc, const lmx_tensor *k,
-                         const lmx_tensor *v, int n_rows, int pos0)
+/* The caches are head-major inside this backend, [kv head][slot][head_dim],
+ * so that attention streams one head's keys and values contiguously. */
+static void cpu_kv_write(lmx_tensor *kc, lmx_tensor *vc, const lmx_tensor *k, const lmx_tensor *v, int n_rows,
+                         int pos0, int head_dim)
 {
-    size_t row = (size_t)k->cols * sizeof(float);
+    size_t row = (size_t)head_dim * sizeof(float), cap = (size_t)kc->rows;
     for (int i = 0; i < n_rows; i++) {
-        size_t slot = (size_t)((pos0 + i) % kc->rows);
-        memcpy(f32(kc) + slot * kc->cols, f32(k) + (size_t)i * k->cols, row);
-        memcpy(f32(vc) + slot * vc->cols, f32(v) + (size_t)i * v->cols, row);
+        size_t slot = (size_t)(pos0 + i) % cap;
+        for (int h = 0; h < k->cols / head_dim; h++) {
+            size_t at = ((size_t)h * cap + slot) * head_dim, from = (size_t)i * k->cols + (size_t)h * head_dim;
+            memcpy(f32(kc) + at, f32(k) + from, row);
+            memcpy(f32(vc) + at, f32(v) + from, row);
+        }
     }
 }
 
@@ -274,7 +279,7 @@ static void cpu_qk_prepare(lmx_backend *be, lmx_tensor *q, lmx_tensor *k, const 
     cpu_rmsnorm(be, k, k, k_norm, n_rows, eps, plus_one);
     cpu_rope(be, q, n_rows, head_dim, pos0, rope);
     cpu_rope(be, k, n_rows, head_dim, pos0, rope);
-    cpu_kv_write(be, kc, vc, k, v, n_rows, pos0);
+    cpu_kv_write(kc, vc, k, v, n_rows, pos0, head_dim);
 }
 
 typedef struct attn_job {
@@ -302,7 +307,7 @@ static void attn_task(void *ctx, int task, int worker)
     const lmx_attn_params *p = j->p;
     int hd = p->head_dim, G = p->n_heads / p->n_kv_heads, kvh = task % p->n_kv_heads;
     int q0 = task / p->n_kv_heads * ATTN_ROWS, nr = p->n_rows * G - q0 < ATTN_ROWS ? p->n_rows * G - q0 : ATTN_ROWS;
-    size_t kv_stride = (size_t)p->n_kv_heads * hd, q_stride = (size_t)p->n_heads * hd;
+    size_t q_stride = (size_t)p->n_heads * hd, head = (size_t)kvh * j->cap * hd;
     float acc[ATTN_ROWS][hd], sc[ATTN_BLOCK], m[ATTN_ROWS], l[ATTN_ROWS];
     int lo[ATTN_ROWS] = {0}, pos[ATTN_ROWS] = {0}; /* nr >= 1; the zeroes keep -Wmaybe-uninitialized quiet */
     size_t at[ATTN_ROWS];                         /* where query r sits in q and out */
@@ -320,13 +325,12 @@ static void attn_task(void *ctx, int task, int worker)
         int slot0 = t0 % j->cap, nb = pos[nr - 1] + 1 - t0;
         nb = nb < ATTN_BLOCK ? nb : ATTN_BLOCK;
         nb = nb < j->cap - slot0 ? nb : j->cap - slot0;
-        const float *kb = j->kc + (size_t)slot0 * kv_stride + (size_t)kvh * hd;
-        const float *vb = j->vc + (size_t)slot0 * kv_stride + (size_t)kvh * hd;
+        const float *kb = j->kc + head + (size_t)slot0 * hd, *vb = j->vc + head + (size_t)slot0 * hd;
         for (int r = 0; r < nr; r++) {
             int b0 = lo[r] > t0 ? lo[r] - t0 : 0, b1 = pos[r] + 1 - t0 < nb ? pos[r] + 1 - t0 : nb;
             if (b0 >= b1)
                 continue;
-            kern->attn_scores(j->q + at[r], kb + (size_t)b0 * kv_stride, kv_stride, b1 - b0, hd, sc);
+            kern->attn_scores(j->q + at[r], kb + (size_t)b0 * hd, hd, b1 - b0, hd, sc);
             float bm = -INFINITY;
             for (int b = 0; b < b1 - b0; b++) {
                 float s = sc[b] * p->scale;
@@ -345,7 +349,7 @@ static void attn_task(void *ctx, int task, int worker)
                 sc[b] = expf(sc[b] - m[r]);
                 l[r] += sc[b];
             }
-            kern->attn_accum(acc[r], vb + (size_t)b0 * kv_stride, kv_stride, sc, b1 - b0, hd);
+            kern->attn_accum(acc[r], vb + (size_t)b0 * hd, hd, sc, b1 - b0, hd);
         }
         t0 += nb;
     }
