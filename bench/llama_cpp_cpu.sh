@@ -23,6 +23,9 @@ T=${T:-2}
 PROMPT=${PROMPT:-512}
 GEN=${GEN:-32}
 REPS=${REPS:-3}
+# the format pairs to run (lmx --quant : GGUF type); e.g. FORMATS="q8:q8_0 q4:q4_0"
+# for a model whose bf16 GGUF and safetensors do not both fit in the page cache
+FORMATS=${FORMATS:-none:bf16 q8:q8_0 q4:q4_0}
 OUT=${OUT:-$MODELS/results.jsonl}
 mkdir -p "$MODELS"
 : > "$OUT"
@@ -49,7 +52,7 @@ for model in "$@"; do
     [ -f "$g-q8_0.gguf" ] || "$BIN/llama-quantize" --pure "$g-bf16.gguf" "$g-q8_0.gguf" Q8_0 >/dev/null 2>&1
     [ -f "$g-q4_0.gguf" ] || "$BIN/llama-quantize" --pure "$g-bf16.gguf" "$g-q4_0.gguf" Q4_0 >/dev/null 2>&1
     for rep in $(seq "$REPS"); do
-        for pair in none:bf16 q8:q8_0 q4:q4_0; do
+        for pair in $FORMATS; do
             q=${pair%%:*} gf=$g-${pair##*:}.gguf
             # prefill, and decode from an empty context (for reference)
             "$BIN/llama-bench" -m "$gf" -t "$T" -p "$PROMPT" -n "$GEN" -r 1 -o jsonl 2>/dev/null |

@@ -59,6 +59,7 @@ static float elem(const lmx_tensor *w, size_t i)
 /* Tensors ----------------------------------------------------------------- */
 
 typedef struct quant_job {
+    const lmx_cpu_kernels *k;
     const lmx_cpu_weight *src, *dst;
     int rows_per_task;
 } quant_job;
@@ -67,7 +68,7 @@ static void quant_task(void *ctx, int task, int worker)
 {
     const quant_job *j = ctx;
     int r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
-    lmx_quant_rows(j->src, j->dst, r0, r1 < j->src->rows ? r1 : j->src->rows);
+    j->k->quant_rows(j->src, j->dst, r0, r1 < j->src->rows ? r1 : j->src->rows);
 }
 
 /* Replaces w->w by a quantized copy; the source pages are dropped from
@@ -84,7 +85,7 @@ static int quantize(cpu_backend *b, lmx_tensor *w)
         return -1;
     lmx_cpu_weight q = {bits == 8 ? LMX_WK_Q8 : LMX_WK_Q4, w->rows, K, buf,
                         (const uint16_t *)(buf + qbytes), (const uint16_t *)(buf + qbytes) + ng, G};
-    quant_job j = {&w->w, &q, 64};
+    quant_job j = {b->k, &w->w, &q, 64};
     lmx_pool_run(b->pool, (w->rows + 63) / 64, quant_task, &j);
     long page = sysconf(_SC_PAGESIZE);
     if (page > 0) {
@@ -254,14 +255,19 @@ static void cpu_rope(lmx_backend *be, lmx_tensor *x, int n_rows, int head_dim, i
     }
 }
 
-static void cpu_kv_write(lmx_backend *be, lmx_tensor *kc, lmx_tensor *vc, const lmx_tensor *k,
-                         const lmx_tensor *v, int n_rows, int pos0)
+/* The caches are head-major inside this backend, [kv head][slot][head_dim],
+ * so that attention streams one head's keys and values contiguously. */
+static void cpu_kv_write(lmx_tensor *kc, lmx_tensor *vc, const lmx_tensor *k, const lmx_tensor *v, int n_rows,
+                         int pos0, int head_dim)
 {
-    size_t row = (size_t)k->cols * sizeof(float);
+    size_t row = (size_t)head_dim * sizeof(float), cap = (size_t)kc->rows;
     for (int i = 0; i < n_rows; i++) {
-        size_t slot = (size_t)((pos0 + i) % kc->rows);
-        memcpy(f32(kc) + slot * kc->cols, f32(k) + (size_t)i * k->cols, row);
-        memcpy(f32(vc) + slot * vc->cols, f32(v) + (size_t)i * v->cols, row);
+        size_t slot = (size_t)(pos0 + i) % cap;
+        for (int h = 0; h < k->cols / head_dim; h++) {
+            size_t at = ((size_t)h * cap + slot) * head_dim, from = (size_t)i * k->cols + (size_t)h * head_dim;
+            memcpy(f32(kc) + at, f32(k) + from, row);
+            memcpy(f32(vc) + at, f32(v) + from, row);
+        }
     }
 }
 
@@ -273,7 +279,7 @@ static void cpu_qk_prepare(lmx_backend *be, lmx_tensor *q, lmx_tensor *k, const 
     cpu_rmsnorm(be, k, k, k_norm, n_rows, eps, plus_one);
     cpu_rope(be, q, n_rows, head_dim, pos0, rope);
     cpu_rope(be, k, n_rows, head_dim, pos0, rope);
-    cpu_kv_write(be, kc, vc, k, v, n_rows, pos0);
+    cpu_kv_write(kc, vc, k, v, n_rows, pos0, head_dim);
 }
 
 typedef struct attn_job {
@@ -286,45 +292,45 @@ typedef struct attn_job {
 
 enum { ATTN_BLOCK = 64, ATTN_ROWS = 16 };
 
-/* One head for a block of up to ATTN_ROWS query rows: keys in blocks of
- * ATTN_BLOCK consecutive cache slots, each block scored and accumulated by
- * every query of the task while it is in cache, with an online softmax
- * (one rescale per query and block); memory stays constant whatever the
- * context length. A query sees keys [lo, pos], a contiguous part of each
- * block. */
+/* One KV head for a block of up to ATTN_ROWS queries, taken row by row
+ * and, within a row, over the query heads that share the KV head (GQA), so
+ * that each key and value is read once per block of queries, not once per
+ * query head. Keys come in blocks of ATTN_BLOCK consecutive cache slots,
+ * each scored and accumulated by every query of the task while it is in
+ * cache, with an online softmax (one rescale per query and block); memory
+ * stays constant whatever the context length. A query sees keys [lo, pos],
+ * a contiguous part of each block. */
 static void attn_task(void *ctx, int task, int worker)
 {
     const attn_job *j = ctx;
     const lmx_cpu_kernels *kern = j->k;
     const lmx_attn_params *p = j->p;
-    int hd = p->head_dim, h = task % p->n_heads, i0 = task / p->n_heads * ATTN_ROWS;
-    int nr = p->n_rows - i0 < ATTN_ROWS ? p->n_rows - i0 : ATTN_ROWS;
-    int kvh = h / (p->n_heads / p->n_kv_heads);
-    size_t kv_stride = (size_t)p->n_kv_heads * hd, q_stride = (size_t)p->n_heads * hd;
+    int hd = p->head_dim, G = p->n_heads / p->n_kv_heads, kvh = task % p->n_kv_heads;
+    int q0 = task / p->n_kv_heads * ATTN_ROWS, nr = p->n_rows * G - q0 < ATTN_ROWS ? p->n_rows * G - q0 : ATTN_ROWS;
+    size_t q_stride = (size_t)p->n_heads * hd, head = (size_t)kvh * j->cap * hd;
     float acc[ATTN_ROWS][hd], sc[ATTN_BLOCK], m[ATTN_ROWS], l[ATTN_ROWS];
-    int lo[ATTN_ROWS] = {0}; /* nr >= 1; the zeroes keep -Wmaybe-uninitialized quiet */
+    int lo[ATTN_ROWS] = {0}, pos[ATTN_ROWS] = {0}; /* nr >= 1; the zeroes keep -Wmaybe-uninitialized quiet */
+    size_t at[ATTN_ROWS];                         /* where query r sits in q and out */
     for (int r = 0; r < nr; r++) {
-        int pos = p->pos0 + i0 + r;
-        lo[r] = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0;
+        int row = (q0 + r) / G, h = kvh * G + (q0 + r) % G;
+        pos[r] = p->pos0 + row;
+        lo[r] = p->window > 0 && pos[r] - p->window + 1 > 0 ? pos[r] - p->window + 1 : 0;
+        at[r] = (size_t)row * q_stride + (size_t)h * hd;
         m[r] = -INFINITY;
         l[r] = 0;
         memset(acc[r], 0, sizeof acc[r]);
     }
-    int last = p->pos0 + i0 + nr - 1;
-    for (int t0 = lo[0]; t0 <= last;) {
+    for (int t0 = lo[0]; t0 <= pos[nr - 1];) {
         /* a block of consecutive cache slots: it ends at the ring's end */
-        int slot0 = t0 % j->cap, nb = last + 1 - t0;
+        int slot0 = t0 % j->cap, nb = pos[nr - 1] + 1 - t0;
         nb = nb < ATTN_BLOCK ? nb : ATTN_BLOCK;
         nb = nb < j->cap - slot0 ? nb : j->cap - slot0;
-        const float *kb = j->kc + (size_t)slot0 * kv_stride + (size_t)kvh * hd;
-        const float *vb = j->vc + (size_t)slot0 * kv_stride + (size_t)kvh * hd;
+        const float *kb = j->kc + head + (size_t)slot0 * hd, *vb = j->vc + head + (size_t)slot0 * hd;
         for (int r = 0; r < nr; r++) {
-            int pos = p->pos0 + i0 + r;
-            int b0 = lo[r] > t0 ? lo[r] - t0 : 0, b1 = pos + 1 - t0 < nb ? pos + 1 - t0 : nb;
+            int b0 = lo[r] > t0 ? lo[r] - t0 : 0, b1 = pos[r] + 1 - t0 < nb ? pos[r] + 1 - t0 : nb;
             if (b0 >= b1)
                 continue;
-            const float *q = j->q + (size_t)(i0 + r) * q_stride + (size_t)h * hd;
-            kern->attn_scores(q, kb + (size_t)b0 * kv_stride, kv_stride, b1 - b0, hd, sc);
+            kern->attn_scores(j->q + at[r], kb + (size_t)b0 * hd, hd, b1 - b0, hd, sc);
             float bm = -INFINITY;
             for (int b = 0; b < b1 - b0; b++) {
                 float s = sc[b] * p->scale;
@@ -343,25 +349,25 @@ static void attn_task(void *ctx, int task, int worker)
                 sc[b] = expf(sc[b] - m[r]);
                 l[r] += sc[b];
             }
-            kern->attn_accum(acc[r], vb + (size_t)b0 * kv_stride, kv_stride, sc, b1 - b0, hd);
+            kern->attn_accum(acc[r], vb + (size_t)b0 * hd, hd, sc, b1 - b0, hd);
         }
         t0 += nb;
     }
-    for (int r = 0; r < nr; r++) {
-        float *o = j->out + (size_t)(i0 + r) * q_stride + (size_t)h * hd;
+    for (int r = 0; r < nr; r++)
         for (int d = 0; d < hd; d++)
-            o[d] = acc[r][d] / l[r];
-    }
+            j->out[at[r] + d] = acc[r][d] / l[r];
 }
 
 static void cpu_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const lmx_tensor *kc,
                           const lmx_tensor *vc, const lmx_attn_params *p)
 {
     attn_job j = {cpu(be)->k, f32(out), f32(q), f32(kc), f32(vc), kc->rows, p};
-    lmx_pool_run(pool_of(be), (p->n_rows + ATTN_ROWS - 1) / ATTN_ROWS * p->n_heads, attn_task, &j);
+    int nq = p->n_rows * (p->n_heads / p->n_kv_heads);
+    lmx_pool_run(pool_of(be), (nq + ATTN_ROWS - 1) / ATTN_ROWS * p->n_kv_heads, attn_task, &j);
 }
 
 typedef struct act_job {
+    const lmx_cpu_kernels *k;
     float *g;
     const float *u;
     size_t n;
@@ -373,20 +379,14 @@ enum { ACT_CHUNK = 4096 };
 static void act_task(void *ctx, int task, int worker)
 {
     const act_job *j = ctx;
-    size_t i0 = (size_t)task * ACT_CHUNK, i1 = i0 + ACT_CHUNK < j->n ? i0 + ACT_CHUNK : j->n;
-    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-    for (size_t i = i0; i < i1; i++) {
-        float x = j->g[i];
-        float a = j->act == LMX_ACT_SILU ? x / (1.0f + expf(-x))
-                                         : 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-        j->g[i] = a * j->u[i];
-    }
+    size_t i0 = (size_t)task * ACT_CHUNK, n = i0 + ACT_CHUNK < j->n ? ACT_CHUNK : j->n - i0;
+    j->k->gated_act(j->g + i0, j->u + i0, n, j->act != LMX_ACT_SILU);
 }
 
 static void cpu_gated_act(lmx_backend *be, lmx_tensor *gate, const lmx_tensor *up, int n_rows,
                           lmx_activation act)
 {
-    act_job j = {f32(gate), f32(up), (size_t)n_rows * gate->cols, act};
+    act_job j = {cpu(be)->k, f32(gate), f32(up), (size_t)n_rows * gate->cols, act};
     lmx_pool_run(pool_of(be), (int)((j.n + ACT_CHUNK - 1) / ACT_CHUNK), act_task, &j);
 }
 

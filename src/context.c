@@ -44,6 +44,8 @@ lmx_context *lmx_context_new_chunked(lmx_model *m, int n_ctx, int chunk_rows, lm
                  n_ctx, m->cfg.max_position);
         return NULL;
     }
+    if (n_ctx > 0 && chunk_rows > n_ctx) /* no step is longer than the context */
+        chunk_rows = n_ctx;
     lmx_context *c = calloc(1, sizeof *c);
     if (!c) {
         lmx_fail(err, LMX_ERR_NOMEM, "out of memory");

@@ -6,6 +6,8 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "cpu_kernels.h"
 #include "dtype.h"
@@ -101,6 +103,111 @@ static inline void gen_quant_x(const float *x, int K, int G, int C, int8_t *xq, 
         for (int e = 0; e < L / 2; e++) {
             xq[c + e] = (int8_t)(u[e] & 255);
             xq[c + L / 2 + e] = (int8_t)(u[e] >> 8);
+        }
+    }
+}
+
+/* e^x for x in [-87, 88] (clamped), within ~2 ulp: x = n ln2 + r, e^r
+ * by its Taylor polynomial to r^7 (|r| <= ln2 / 2), 2^n put in the
+ * exponent bits. Plain arithmetic, so that the loops calling it vectorise
+ * (libm's expf does not). */
+static inline float gen_exp(float x)
+{
+    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+    const float big = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    float n = (x * 1.44269504f + big) - big;
+    float r = (x - n * 0.693359375f) + n * 2.12194440e-4f; /* ln2 in two parts */
+    float p = 1.0f / 5040;
+    p = p * r + 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t e = ((int32_t)n + 127) << 23;
+    float two_n;
+    memcpy(&two_n, &e, 4);
+    return p * two_n;
+}
+
+/* g[i] = act(g[i]) * u[i]: SiLU x sigmoid(x), or GELU's tanh form, which
+ * is x sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)). */
+static inline void gen_gated_act(float *g, const float *u, size_t n, int gelu)
+{
+    const float c = 2 * 0.7978845608028654f;
+    for (size_t i = 0; i < n; i++) {
+        float x = g[i], a = gelu ? c * (x + 0.044715f * x * x * x) : x;
+        g[i] = x / (1.0f + gen_exp(-a)) * u[i];
+    }
+}
+
+/* One group of G source elements as float32: the kind is switched on once
+ * a group, so that the copy loops vectorise. */
+static inline void gen_load_group(const lmx_cpu_weight *w, size_t i, int G, float *v)
+{
+    const uint16_t *h = (const uint16_t *)w->data + i;
+    switch (w->kind) {
+    case LMX_WK_BF16:
+        for (int k = 0; k < G; k++)
+            v[k] = lmx_bf16_to_f32(h[k]);
+        return;
+    case LMX_WK_F16:
+        for (int k = 0; k < G; k++)
+            v[k] = lmx_f16_to_f32(h[k]);
+        return;
+    default: memcpy(v, (const float *)w->data + i, (size_t)G * sizeof *v);
+    }
+}
+
+/* The group's minimum and maximum, 16 lanes wide so that the loop
+ * vectorises (G is a multiple of 16). */
+static inline void gen_min_max(const float *v, int G, float *lo, float *hi)
+{
+    float l[16], h[16];
+    for (int j = 0; j < 16; j++)
+        l[j] = h[j] = v[j];
+    for (int k = 16; k < G; k += 16)
+        for (int j = 0; j < 16; j++) {
+            l[j] = v[k + j] < l[j] ? v[k + j] : l[j];
+            h[j] = v[k + j] > h[j] ? v[k + j] : h[j];
+        }
+    *lo = l[0], *hi = h[0];
+    for (int j = 1; j < 16; j++) {
+        *lo = l[j] < *lo ? l[j] : *lo;
+        *hi = h[j] > *hi ? h[j] : *hi;
+    }
+}
+
+/* lmx_quant_rows (quant.h), compiled under each path's target. */
+static inline void gen_quant_rows(const lmx_cpu_weight *src, const lmx_cpu_weight *dst, int r0, int r1)
+{
+    int K = src->cols, G = dst->group, ng = K / G, bits = dst->kind == LMX_WK_Q8 ? 8 : 4;
+    int qmax = (1 << bits) - 1;
+    float v[64]; /* groups are 32 or 64 */
+    uint8_t qv[64];
+    for (int r = r0; r < r1; r++) {
+        uint8_t *q = (uint8_t *)dst->data + (size_t)r * (size_t)K * (size_t)bits / 8;
+        uint16_t *sc = (uint16_t *)dst->scales + (size_t)r * ng, *bi = (uint16_t *)dst->biases + (size_t)r * ng;
+        for (int g = 0; g < ng; g++) {
+            float lo, hi;
+            gen_load_group(src, (size_t)r * K + (size_t)g * G, G, v);
+            gen_min_max(v, G, &lo, &hi);
+            uint16_t bh = lmx_f32_to_f16(lo), sh = lmx_f32_to_f16((hi - lo) / (float)qmax);
+            float b = lmx_f16_to_f32(bh), s = lmx_f16_to_f32(sh), fmax = (float)qmax;
+            sc[g] = sh;
+            bi[g] = bh;
+            for (int k = 0; k < G; k++) {
+                /* round half up; t below -0.5 only from float16 rounding of b */
+                float t = s > 0 ? (v[k] - b) / s + 0.5f : 0;
+                t = t < 0 ? 0 : t > fmax ? fmax : t;
+                qv[k] = (uint8_t)(int)t;
+            }
+            if (bits == 8)
+                memcpy(q + (size_t)g * G, qv, (size_t)G);
+            else
+                for (int k = 0; k < G / 2; k++)
+                    q[(size_t)g * G / 2 + k] = (uint8_t)(qv[2 * k] | qv[2 * k + 1] << 4);
         }
     }
 }

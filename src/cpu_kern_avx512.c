@@ -406,9 +406,9 @@ static void attn_accum_avx512(float *acc, const float *v, size_t stride, const f
 }
 
 #define AVX512_TABLE                                                                               \
-    .q4_chunk = 128, .matvec = matvec_avx512, .quant_x = gen_quant_x, .decode = decode_avx512, .tile_mr = MR, \
+    .q4_chunk = 128, .matvec = matvec_avx512, .quant_x = gen_quant_x, .quant_rows = gen_quant_rows, .decode = decode_avx512, .tile_mr = MR, \
     .tile_nx = NX, .tile = tile_avx512, .attn_scores = attn_scores_avx512, .attn_accum = attn_accum_avx512, \
-    .dot = dot_avx512, .axpy = axpy_avx512, .scale = scale_avx512
+    .gated_act = gen_gated_act, .dot = dot_avx512, .axpy = axpy_avx512, .scale = scale_avx512
 
 static const lmx_cpu_kernels avx512 = {.path = LMX_CPU_AVX512, AVX512_TABLE};
 /* the same, with bf16 prefill on AMX tiles */

@@ -3,6 +3,7 @@
 #ifndef LMX_CPU_KERNELS_H
 #define LMX_CPU_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "cpu_path.h"
@@ -47,6 +48,8 @@ typedef struct lmx_cpu_kernels {
      * groups of G: xq[K], and xd, xqsum[K / G] (lmx_cpu_x); with C > 0 (q4),
      * every run of C values of xq stored evens, then odds. */
     void (*quant_x)(const float *x, int K, int G, int C, int8_t *xq, float *xd, int32_t *xqsum);
+    /* lmx_quant_rows (quant.h); every path gives the same bytes */
+    void (*quant_rows)(const lmx_cpu_weight *src, const lmx_cpu_weight *dst, int r0, int r1);
     /* dst[0, cols) = row r of w as float32. */
     void (*decode)(const lmx_cpu_weight *w, int r, float *dst);
     /* The GEMM micro-tile: mr rows of weights (wt: tile_mr rows of K
@@ -65,6 +68,8 @@ typedef struct lmx_cpu_kernels {
     void (*amx_split)(const float *w, int K, uint16_t *hi, uint16_t *lo);
     void (*amx_gemm)(const uint16_t *w, const uint16_t *wlo, int K, const uint16_t *hi, const uint16_t *lo, int n,
                      float *out, int ldo);
+    /* g[i] = act(g[i]) * u[i], act SiLU (gelu 0) or GELU's tanh form */
+    void (*gated_act)(float *g, const float *u, size_t n, int gelu);
     float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n); /* y += a * x */
     void (*scale)(float *y, float a, int n);                /* y *= a */

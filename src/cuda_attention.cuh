@@ -227,8 +227,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     k_attn_dec(float *out, float *part, const float *q, const bf16 *kc, const bf16 *vc, int slots, int H, int KVH,
                int hd, int window, float scale, float softcap, const int *dpos, int pos0, int n_rows)
 {
-    pdl_wait();
     pdl_trigger();
+    pdl_wait();
     const int LD = HD + 8;
     extern __shared__ __align__(16) bf16 dsh[];
     bf16 *Qs = dsh;
@@ -326,8 +326,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
 __global__ void k_attn_merge(float *out, const float *part, int H, int hd, int nsplit, int window, const int *dpos,
                              int pos0, int n_rows)
 {
-    pdl_wait();
     pdl_trigger();
+    pdl_wait();
     extern __shared__ float wt[]; /* the splits' weights, then the normaliser */
     int h = blockIdx.x, i = blockIdx.y, lane = threadIdx.x & 31, lo;
     int ns = dec_active(dpos ? *dpos : pos0, n_rows, window, nsplit, &lo);
@@ -379,8 +379,8 @@ __global__ void __launch_bounds__(FA_WARPS * 32, 2)
     k_attn_fa(float *out, const float *q, const bf16 *kc, const bf16 *vc, int slots, int H, int KVH, int window,
               float scale, float softcap, const int *dpos, int pos0, int n_rows)
 {
-    pdl_wait();
     pdl_trigger();
+    pdl_wait();
     constexpr int LD = HD + 8;
     extern __shared__ __align__(16) bf16 fsh[];
     bf16 *Qs = fsh, *KV = Qs + FA_Q * LD; /* stage b: K at KV + 2b FA_K LD, V after */
@@ -465,8 +465,8 @@ __global__ void __launch_bounds__(PF_WARPS * 32)
     k_attn_prefill(float *out, const float *q, const bf16 *kc, const bf16 *vc, int slots, int H, int KVH, int hd,
                    int window, float scale, float softcap, const int *dpos, int pos0, int n_rows)
 {
-    pdl_wait();
     pdl_trigger();
+    pdl_wait();
     constexpr int RW = PF_ROWS / PF_WARPS;
     extern __shared__ float sh[];
     int ld = hd + 4;

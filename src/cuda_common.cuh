@@ -3,10 +3,14 @@
 #pragma once
 
 /* Programmatic dependent launch: every kernel is launched allowed to start
- * before its predecessor ends (hiding launch gaps, in graphs too), lets its
- * own successor start at once, and waits for its predecessors' results
- * with pdl_wait() before touching any memory they read or write. Only
- * immutable data (weights) may be read before the wait. */
+ * before its predecessor ends (hiding launch gaps, in graphs too). It lets
+ * its own successor launch first thing (pdl_trigger), so that the
+ * successor's weight loads overlap this kernel's wait as well as its work;
+ * and it waits for its predecessor's results with pdl_wait() before
+ * touching any memory that kernels write. Only immutable data (weights)
+ * may be read before the wait. A successor launches only once every block
+ * of this kernel is resident and has triggered, so early triggers cannot
+ * starve this kernel of SMs. */
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" :::); }
 
@@ -75,6 +79,56 @@ __device__ __forceinline__ float norm_w(const void *w, int dt, int j, int plus_o
 {
     float wj = load_w(w, dt, j);
     return plus_one ? 1.0f + wj : wj;
+}
+
+/* Rows of K floats quantized per weight group of G (32 or 64) for the
+ * q8/q4 GEMV: xq [rows, K], and per group the step xd and xs = xd * (sum
+ * of the group's xq), ng = K / G a row. q4order: every run of 8 values
+ * stored evens, then odds, as the nibbles of a weight word pair them. */
+struct xquant {
+    int8_t *xq;
+    float *xd, *xs;
+    int G, q4order;
+};
+
+/* Group g of row r (its K floats at x) quantized by one warp: xd = max|x| /
+ * 127, xq = round(x / xd) (half away from zero, as the CPU's quant_x). */
+__device__ __forceinline__ void quant_group(const xquant &q, const float *x, int K, int r, int g, int lane)
+{
+    int G = q.G, ng = K / G;
+    const float *xg = x + (size_t)g * G;
+    float v[2] = {xg[lane], G > 32 ? xg[lane + 32] : 0.0f};
+    float mx = fmaxf(fabsf(v[0]), fabsf(v[1]));
+#pragma unroll
+    for (int o = 16; o; o >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float inv = mx > 0 ? 127.0f / mx : 0.0f;
+    int8_t *dst = q.xq + (size_t)r * K + (size_t)g * G;
+    int sum = 0;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (h && G <= 32)
+            break;
+        int v8 = (int)roundf(fminf(fmaxf(v[h] * inv, -127.0f), 127.0f)), k = lane + 32 * h;
+        sum += v8;
+        dst[q.q4order ? (k & ~7) + (k & 1) * 4 + ((k & 7) >> 1) : k] = (int8_t)v8;
+    }
+#pragma unroll
+    for (int o = 16; o; o >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) {
+        q.xd[(size_t)r * ng + g] = mx / 127.0f;
+        q.xs[(size_t)r * ng + g] = mx / 127.0f * (float)sum;
+    }
+}
+
+/* The block's output row (K floats, written by it) quantized as well. */
+__device__ __forceinline__ void quant_row(const xquant &q, const float *row, int K, int r)
+{
+    __syncthreads(); /* the row's writes are visible to the whole block */
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int g = warp; g < K / q.G; g += blockDim.x >> 5)
+        quant_group(q, row, K, r, g, lane);
 }
 
 __device__ __forceinline__ float act_fn(float x, int gelu)

@@ -60,13 +60,12 @@ struct wrow {
 };
 
 /* What a GEMV multiplies: nr rows of K floats and, for q8/q4 weights, the
- * same rows quantized per weight group of G (k_quant_x): xq, the steps xd
- * and xs = xd * (sum of the group's xq); ng = K / G. */
+ * same rows quantized (xquant) with groups of 1 << gshift, ng a row. */
 struct xin {
     const float *x;
     const int8_t *xq;
     const float *xd, *xs;
-    int K, G, ng;
+    int K, gshift, ng;
 };
 
 /* Float weights stored as W: a chunk is wvec<W>::N elements. */
@@ -110,8 +109,8 @@ template <int BITS> struct fmt_quant {
     template <int R>
     static __device__ __forceinline__ void dot(float (&acc)[R], uint4 u, const wrow &w, const xin &x, int c, int nr)
     {
-        int k = c * N, g = k / x.G;
-        float s = __half2float(w.s[g]), b = k % x.G == 0 ? __half2float(w.b[g]) : 0.0f;
+        int k = c * N, g = k >> x.gshift;
+        float s = __half2float(w.s[g]), b = (k & ((1 << x.gshift) - 1)) == 0 ? __half2float(w.b[g]) : 0.0f;
         const unsigned m = 0x0f0f0f0fu;
 #pragma unroll
         for (int r = 0; r < R; r++) {
@@ -156,8 +155,8 @@ __device__ __forceinline__ void dot_rows(float (&acc)[M][R], const wrow (&wr)[M]
         for (int m = 0; m < M; m++)
             if (lane + 32 * j < nv)
                 u[m][j] = __ldcs(wr[m].w + lane + 32 * j);
-    pdl_wait();
     pdl_trigger();
+    pdl_wait();
     for (int i = lane; i < nv; i += 32 * U) {
         uint4 cur[M][U];
 #pragma unroll
@@ -190,13 +189,14 @@ struct gemv_set {
     int n;
 };
 
-/* Weight row `row` of s's weight j: its chunks (nv a row) and groups. */
-__device__ __forceinline__ wrow row_of(const gemv_set &s, int j, int row, int nv, int ng)
+/* Row `row` of weight w (nv chunks a row) and of its scales and biases
+ * (ng a row; NULL for float weights). */
+__device__ __forceinline__ wrow row_of(const void *w, const __half *sc, const __half *bi, int row, int nv, int ng)
 {
-    wrow r = {(const uint4 *)s.w[j] + (size_t)row * nv, NULL, NULL};
-    if (s.sc[j]) {
-        r.s = s.sc[j] + (size_t)row * ng;
-        r.b = s.bi[j] + (size_t)row * ng;
+    wrow r = {(const uint4 *)w + (size_t)row * nv, NULL, NULL};
+    if (sc) {
+        r.s = sc + (size_t)row * ng;
+        r.b = bi + (size_t)row * ng;
     }
     return r;
 }
@@ -210,25 +210,33 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_set s, xin x, int
 {
     constexpr int M = GATED ? 2 : 1;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int n = blockIdx.x * GEMV_WARPS + warp;
-    if (n >= s.end[GATED ? 0 : s.n - 1])
+    int n = blockIdx.x * GEMV_WARPS + warp, total = s.end[0];
+#pragma unroll
+    for (int i = 1; i < LMX_MAX_MULTI; i++) /* constant indices keep s out of local memory */
+        if (!GATED && i < s.n)
+            total = s.end[i];
+    if (n >= total)
         return;
     /* which weight row n is (constant indices keep s out of local memory) */
-    int j = 0, row = n, N = s.end[0];
+    const void *w = s.w[0];
+    const __half *sc = s.sc[0], *bi = s.bi[0];
     float *out = s.out[0];
+    int row = n, N = s.end[0];
 #pragma unroll
     for (int i = 1; i < LMX_MAX_MULTI; i++)
         if (!GATED && i < s.n && n >= s.end[i - 1]) {
-            j = i;
+            w = s.w[i];
+            sc = s.sc[i];
+            bi = s.bi[i];
             out = s.out[i];
             row = n - s.end[i - 1];
             N = s.end[i] - s.end[i - 1];
         }
     int nv = x.K / F::N;
     wrow wr[M];
-    wr[0] = row_of(s, j, row, nv, x.ng);
+    wr[0] = row_of(w, sc, bi, row, nv, x.ng);
     if (GATED)
-        wr[M - 1] = row_of(s, 1, row, nv, x.ng);
+        wr[M - 1] = row_of(s.w[1], s.sc[1], s.bi[1], row, nv, x.ng);
     float acc[M][R];
 #pragma unroll
     for (int m = 0; m < M; m++)
@@ -246,48 +254,22 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_set s, xin x, int
     }
 }
 
-/* x quantized for the q8/q4 GEMV, one warp per (row, group of G <= 64):
- * step xd = max|x| / 127, xq = round(x / xd) (half away from zero, as the
- * CPU's quant_x), xs = xd * sum(xq). q4 (q4order): every run of 8 values
- * stored evens, then odds, as the nibbles of a weight word pair them. */
-__global__ void k_quant_x(int8_t *xq, float *xd, float *xs, const float *x, int K, int G, int nr, int q4order)
+/* x quantized for the q8/q4 GEMV (xquant), one warp per (row, group). */
+__global__ void k_quant_x(xquant q, const float *x, int K, int nr)
 {
-    pdl_wait();
     pdl_trigger();
-    int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
-    int ng = K / G;
-    if (warp >= nr * ng)
-        return;
-    int r = warp / ng, g = warp % ng;
-    const float *xg = x + (size_t)r * K + (size_t)g * G;
-    float v[2] = {xg[lane], G > 32 ? xg[lane + 32] : 0.0f};
-    float mx = fmaxf(fabsf(v[0]), fabsf(v[1]));
-#pragma unroll
-    for (int o = 16; o; o >>= 1)
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    float inv = mx > 0 ? 127.0f / mx : 0.0f;
-    int8_t *dst = xq + (size_t)r * K + (size_t)g * G;
-    int sum = 0;
-    for (int h = 0; h < (G > 32 ? 2 : 1); h++) {
-        int q = (int)roundf(fminf(fmaxf(v[h] * inv, -127.0f), 127.0f)), k = lane + 32 * h;
-        sum += q;
-        dst[q4order ? (k & ~7) + (k & 1) * 4 + ((k & 7) >> 1) : k] = (int8_t)q;
-    }
-#pragma unroll
-    for (int o = 16; o; o >>= 1)
-        sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (lane == 0) {
-        xd[(size_t)r * ng + g] = mx / 127.0f;
-        xs[(size_t)r * ng + g] = mx / 127.0f * (float)sum;
-    }
+    pdl_wait();
+    int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5), ng = K / q.G;
+    if (warp < nr * ng)
+        quant_group(q, x + (size_t)(warp / ng) * K, K, warp / ng, warp % ng, threadIdx.x & 31);
 }
 
 /* Rows [r0, r0 + nr) of q8/q4 weights as bf16 (prefill: the tensor cores
  * take them from there), 8 elements a thread. */
 __global__ void k_dequant(__nv_bfloat16 *dst, wview w, int r0, int nr)
 {
-    pdl_wait(); /* dst may still be read by the previous product */
     pdl_trigger();
+    pdl_wait(); /* dst may still be read by the previous product */
     size_t n8 = (size_t)nr * w.cols / 8;
     int ng = w.cols / w.group;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n8; i += (size_t)gridDim.x * blockDim.x) {
@@ -318,8 +300,8 @@ __global__ void k_dequant(__nv_bfloat16 *dst, wview w, int r0, int nr)
 /* Any K, any alignment: one warp per (row of x, weight row). */
 __global__ void k_gemv_any(float *out, const float *x, const void *w, int dt, int N, int K)
 {
-    pdl_wait();
     pdl_trigger();
+    pdl_wait();
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int n = blockIdx.x * GEMV_WARPS + warp, r = blockIdx.y;
     if (n >= N)

@@ -18,7 +18,7 @@ size_t lmx_quant_row_bytes(int cols, int bits);
  * scales and biases point at whole-matrix buffers (rows x row_bytes, and
  * rows x cols / group float16 each). Scale and bias are rounded to float16
  * first and q chosen for the rounded pair, so what is stored is what is
- * used. */
+ * used. The portable code; the backend runs its path's copy (cpu_kernels.h). */
 void lmx_quant_rows(const lmx_cpu_weight *src, const lmx_cpu_weight *dst, int r0, int r1);
 
 #endif

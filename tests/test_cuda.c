@@ -57,8 +57,9 @@ static both input(pair *p, int rows, int cols, lmx_dtype dt, float amp)
     lmx_st_tensor t = {.name = "t", .dtype = dt, .ndim = 2, .shape = {rows, cols}, .data = b.host,
                        .nbytes = n * lmx_dtype_size(dt), .file = "test"};
     lmx_error err = {0};
-    b.c = p->cpu->ops->weight(p->cpu, &t, NULL, &err);
+    /* the GPU first: a quantizing CPU backend drops the source pages */
     b.g = p->gpu->ops->weight(p->gpu, &t, NULL, &err);
+    b.c = p->cpu->ops->weight(p->cpu, &t, NULL, &err);
     CHECK(b.c && b.g, "weight: %s", err.message);
     return b;
 }
@@ -274,8 +275,9 @@ static both bound(pair *p, int rows, int cols, float *data)
     lmx_st_tensor t = {.name = "t", .dtype = LMX_DT_F32, .ndim = 2, .shape = {rows, cols}, .data = data,
                        .nbytes = (size_t)rows * cols * 4, .file = "test"};
     lmx_error err = {0};
-    both b = {p->cpu->ops->weight(p->cpu, &t, NULL, &err), p->gpu->ops->weight(p->gpu, &t, NULL, &err), rows, cols,
-              data};
+    both b = {NULL, NULL, rows, cols, data};
+    b.g = p->gpu->ops->weight(p->gpu, &t, NULL, &err); /* the GPU first, as input() */
+    b.c = p->cpu->ops->weight(p->cpu, &t, NULL, &err);
     CHECK(b.c && b.g, "weight: %s", err.message);
     return b;
 }
@@ -489,55 +491,72 @@ static void check_fixture(const char *name)
     lmx_close(m);
 }
 
-/* A fixture quantized on load on both devices: logits of the CUDA model
- * against the CPU model's, whole prompt (prefill) and token by token
- * (graph replay), within LOGIT_TOL. */
+/* Logits at L positions of a fixed prompt: whole (prefill) or token by
+ * token (decode, graph replay). */
+enum { QL = 20 };
+static float *quant_logits(const char *dir, int device, int bits, int one, int *V)
+{
+    lmx_load_options o = lmx_load_defaults();
+    o.device = device;
+    o.quant = bits;
+    lmx_error err = {0};
+    lmx_model *m = lmx_load(dir, &o, &err);
+    CHECK(m != NULL, "load %s q%d: %s", dir, bits, err.message);
+    if (!m)
+        return NULL;
+    *V = lmx_model_vocab_size(m);
+    int32_t ids[QL];
+    for (int i = 0; i < QL; i++)
+        ids[i] = (int32_t)((i * 7919u + 17u) % (unsigned)*V);
+    float *lg = malloc((size_t)QL * *V * sizeof(float));
+    lmx_context *c = lmx_context_new(m, 64, &err);
+    CHECK(c && lg, "context: %s", err.message);
+    for (int i = 0; c && lg && i < (one ? QL : 1); i++)
+        CHECK(lmx_context_eval(c, ids + i, one ? 1 : QL, lg + (size_t)i * *V, 1, &err) == LMX_OK, "eval: %s",
+              err.message);
+    lmx_context_free(c);
+    lmx_close(m);
+    return lg;
+}
+
+/* Worst over the positions of max |a - b| relative to max(1, max |b|). */
+static float logit_error(const float *a, const float *b, int V)
+{
+    float worst = 0;
+    for (int p = 0; p < QL; p++) {
+        const float *x = a + (size_t)p * V, *y = b + (size_t)p * V;
+        float e = 0;
+        for (int i = 0; i < V; i++)
+            e = fmaxf(e, isfinite(x[i]) ? fabsf(x[i] - y[i]) : INFINITY);
+        worst = fmaxf(worst, e / fmaxf(1.0f, test_max_abs(y, (size_t)V)));
+    }
+    return worst;
+}
+
+/* A fixture quantized on load on both devices, against the unquantized
+ * model on the CPU: the CUDA model's error must be about the CPU model's
+ * (the CPU's SIMD paths themselves differ by a few percent in q8 decode:
+ * x's 8-bit steps flip differently), and the two within LOGIT_TOL. */
 static void check_fixture_quantized(const char *name, int bits)
 {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/%s", LMX_TEST_DATA, name);
-    lmx_model *m[2] = {NULL, NULL};
-    for (int d = 0; d < 2; d++) {
-        lmx_load_options o = lmx_load_defaults();
-        o.device = d ? LMX_DEVICE_CUDA : LMX_DEVICE_CPU;
-        o.quant = bits;
-        lmx_error err = {0};
-        m[d] = lmx_load(dir, &o, &err);
-        CHECK(m[d] != NULL, "load %s q%d: %s", name, bits, err.message);
-    }
-    enum { L = 20 };
-    int V = m[0] && m[1] ? lmx_model_vocab_size(m[0]) : 0;
-    int32_t ids[L];
-    for (int i = 0; i < L; i++)
-        ids[i] = (int32_t)((i * 7919u + 17u) % (unsigned)(V ? V : 1));
-    float *lg[2] = {malloc((size_t)L * V * sizeof(float) + 1), malloc((size_t)L * V * sizeof(float) + 1)};
-    for (int one = 0; V && one < 2; one++) {
-        for (int d = 0; d < 2; d++) {
-            lmx_error err = {0};
-            lmx_context *c = lmx_context_new(m[d], 64, &err);
-            for (int i = 0; c && i < (one ? L : 1); i++)
-                CHECK(lmx_context_eval(c, ids + i, one ? 1 : L, lg[d] + (size_t)i * V, 1, &err) == LMX_OK,
-                      "eval: %s", err.message);
-            CHECK(c != NULL, "context: %s", err.message);
-            lmx_context_free(c);
+    for (int one = 0; one < 2; one++) {
+        int V = 0;
+        float *ref = quant_logits(dir, LMX_DEVICE_CPU, 0, one, &V), *c = quant_logits(dir, LMX_DEVICE_CPU, bits, one, &V);
+        float *g = quant_logits(dir, LMX_DEVICE_CUDA, bits, one, &V);
+        if (ref && c && g) {
+            float ec = logit_error(c, ref, V), eg = logit_error(g, ref, V), d = logit_error(g, c, V);
+            const char *how = one ? "token by token" : "whole";
+            printf("cuda %s q%d %s: relative error against unquantized %.2e (cpu %.2e), against the cpu %.2e\n",
+                   name, bits, how, eg, ec, d);
+            CHECK(eg <= 1.5f * ec + 5e-3f, "cuda %s q%d %s: error %g, the cpu's %g", name, bits, how, eg, ec);
+            CHECK(d <= LOGIT_TOL, "cuda %s q%d %s: %g from the cpu's > %g", name, bits, how, d, LOGIT_TOL);
         }
-        float worst = 0;
-        for (int p = 0; p < L; p++) {
-            const float *c = lg[0] + (size_t)p * V, *g = lg[1] + (size_t)p * V;
-            float err = 0;
-            for (int i = 0; i < V; i++)
-                err = fmaxf(err, isfinite(g[i]) ? fabsf(g[i] - c[i]) : INFINITY);
-            worst = fmaxf(worst, err / fmaxf(1.0f, test_max_abs(c, (size_t)V)));
-        }
-        printf("cuda %s q%d %s: worst relative error against the CPU %.2e\n", name, bits,
-               one ? "token by token" : "whole", worst);
-        CHECK(worst <= LOGIT_TOL, "cuda %s q%d %s: relative error %g > %g", name, bits, one ? "decode" : "prefill",
-              worst, LOGIT_TOL);
+        free(ref);
+        free(c);
+        free(g);
     }
-    free(lg[0]);
-    free(lg[1]);
-    lmx_close(m[0]);
-    lmx_close(m[1]);
 }
 
 int main(void)

@@ -57,6 +57,37 @@ static lmx_cpu_weight make_weight(lmx_wkind kind, int N, int K, void **keep)
 
 static const char *const kind_names[] = {"f32", "f16", "bf16", "q8", "q4"};
 
+/* src quantized by qr into one malloc'd buffer of *bytes (data, scales, biases). */
+static uint8_t *quant_bytes(void (*qr)(const lmx_cpu_weight *, const lmx_cpu_weight *, int, int),
+                            const lmx_cpu_weight *src, lmx_wkind kind, size_t *bytes)
+{
+    int N = src->rows, K = src->cols, G = lmx_quant_group(K);
+    size_t qb = (size_t)N * lmx_quant_row_bytes(K, kind == LMX_WK_Q8 ? 8 : 4), ng = (size_t)N * (K / G);
+    *bytes = qb + 2 * ng * sizeof(uint16_t);
+    uint8_t *buf = calloc(1, *bytes);
+    lmx_cpu_weight q = {kind, N, K, buf, (uint16_t *)(buf + qb), (uint16_t *)(buf + qb) + ng, G};
+    qr(src, &q, 0, N);
+    return buf;
+}
+
+/* The path's on-load quantizer gives the portable one's bytes. */
+static void check_quant(const lmx_cpu_kernels *k)
+{
+    const int Ks[] = {64, 96, 1024};
+    for (int src_kind = LMX_WK_F32; src_kind <= LMX_WK_BF16; src_kind++)
+        for (int kind = LMX_WK_Q8; kind <= LMX_WK_Q4; kind++)
+            for (int ki = 0; ki < 3; ki++) {
+                void *keep;
+                lmx_cpu_weight src = make_weight((lmx_wkind)src_kind, 37, Ks[ki], &keep);
+                size_t n1, n2;
+                uint8_t *a = quant_bytes(k->quant_rows, &src, (lmx_wkind)kind, &n1);
+                uint8_t *b = quant_bytes(lmx_quant_rows, &src, (lmx_wkind)kind, &n2);
+                CHECK(!memcmp(a, b, n1), "%s quantize %s to %s, K %d", lmx_cpu_path_name(k->path),
+                      kind_names[src_kind], kind_names[kind], Ks[ki]);
+                free(a), free(b), free(keep);
+            }
+}
+
 /* The path's matmul against the scalar one, and its decode and vector ops. */
 static void check_kernels(const lmx_cpu_kernels *k, const lmx_cpu_kernels *ref, lmx_pool *pool)
 {
@@ -106,6 +137,22 @@ static void check_kernels(const lmx_cpu_kernels *k, const lmx_cpu_kernels *ref, 
     for (int i = 0; i < 77; i++)
         worst = fmaxf(worst, fabsf(y[i] - z[i]));
     CHECK(worst < 1e-6f, "%s axpy/scale: %g", lmx_cpu_path_name(k->path), worst);
+    /* the gated activations against libm's, over the range where they bend */
+    for (int gelu = 0; gelu < 2; gelu++) {
+        enum { NA = 301 };
+        static float g[NA], up[NA];
+        float wa = 0;
+        for (int i = 0; i < NA; i++)
+            g[i] = (float)(i - NA / 2) / 10.0f, up[i] = frand();
+        k->gated_act(g, up, NA, gelu);
+        for (int i = 0; i < NA; i++) {
+            float x = (float)(i - NA / 2) / 10.0f;
+            float a = gelu ? 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)))
+                           : x / (1.0f + expf(-x));
+            wa = fmaxf(wa, fabsf(g[i] - a * up[i]) / (fabsf(x) + 1e-3f));
+        }
+        CHECK(wa < 1e-6f, "%s %s: relative error %g", lmx_cpu_path_name(k->path), gelu ? "gelu" : "silu", wa);
+    }
     /* attention blocks, for the head sizes with register-resident kernels */
     enum { NB = 37, STRIDE = 512 + 16 };
     static float q[256], kv[NB * STRIDE], pr[NB], s1[NB], s2[NB], acc1[256], acc2[256];
@@ -164,8 +211,10 @@ int main(void)
         }
         const lmx_cpu_kernels *k = lmx_cpu_kernels_for((lmx_cpu_path)p);
         CHECK(k && k->path == (lmx_cpu_path)p, "kernels for %s", name);
-        if (k && pool)
+        if (k && pool) {
             check_kernels(k, ref, pool);
+            check_quant(k);
+        }
         /* the default path's fixtures are test_model_fixtures' own run */
         lmx_cpu_path best;
         if (lmx_cpu_path_select(&best, NULL) == LMX_OK && best == (lmx_cpu_path)p) {

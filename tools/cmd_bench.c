@@ -12,6 +12,7 @@
 #include "args.h"
 #include "backend_cpu.h"
 #include "commands.h"
+#include "genopts.h"
 #include "lmx.h"
 #include "model.h"
 
@@ -159,18 +160,8 @@ int cmd_bench(int argc, char **argv)
             if (!(v = args_value(argc, argv, &i)) || args_int(v, 0, 1024, "--threads", &threads))
                 return 2;
         } else if (!strcmp(argv[i], "--quant")) {
-            if (!(v = args_value(argc, argv, &i)))
+            if (!(v = args_value(argc, argv, &i)) || genopts_quant(v, &quant))
                 return 2;
-            if (!strcmp(v, "none") || !strcmp(v, "0"))
-                quant = 0;
-            else if (!strcmp(v, "q8") || !strcmp(v, "8"))
-                quant = 8;
-            else if (!strcmp(v, "q4") || !strcmp(v, "4"))
-                quant = 4;
-            else {
-                fprintf(stderr, "lmx bench: --quant must be none, q8 or q4, got '%s'\n", v);
-                return 2;
-            }
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
         } else if (argv[i][0] == '-' || dir) {

@@ -13,7 +13,7 @@
 static int usage(void)
 {
     fprintf(stderr, "usage: lmx logits DIR --ids 1,2,3 --out FILE.safetensors [--decode] [--chunk N] [--threads T]\n"
-                    "       [--device cpu|cuda] [--gpus N]\n");
+                    "       [--device cpu|cuda] [--gpus N] [--quant q8|q4]\n");
     return 2;
 }
 
@@ -21,7 +21,7 @@ int cmd_logits(int argc, char **argv)
 {
     const char *dir = NULL, *out = NULL, *ids_arg = NULL;
     long chunk = 0, threads = 0, gpus = 0;
-    int decode = 0, device = LMX_DEVICE_AUTO;
+    int decode = 0, device = LMX_DEVICE_AUTO, quant = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
         if (!strcmp(argv[i], "--ids")) {
@@ -44,6 +44,9 @@ int cmd_logits(int argc, char **argv)
         } else if (!strcmp(argv[i], "--threads")) {
             if (!(v = args_value(argc, argv, &i)) || args_int(v, 0, 1024, "--threads", &threads))
                 return 2;
+        } else if (!strcmp(argv[i], "--quant")) {
+            if (!(v = args_value(argc, argv, &i)) || genopts_quant(v, &quant))
+                return 2;
         } else if (argv[i][0] == '-' || dir) {
             fprintf(stderr, "lmx logits: unexpected argument '%s'\n", argv[i]);
             return usage();
@@ -64,6 +67,7 @@ int cmd_logits(int argc, char **argv)
     opts.n_threads = (int)threads;
     opts.device = device;
     opts.n_gpus = (int)gpus;
+    opts.quant = quant;
     lmx_model *m = lmx_load(dir, &opts, &err);
     lmx_context *c = NULL;
     float *logits = NULL;

@@ -21,6 +21,7 @@ const char genopts_help[] =
     "  --threads T           CPU threads (default: all cores)\n"
     "  --device D            cpu or cuda (default: cuda when built with it and a GPU is present)\n"
     "  --gpus N              tensor parallelism over N GPUs (cpu: N ranks on the CPU)\n"
+    "  --quant Q             quantize the weights while loading: q8 or q4 (default: none, as stored)\n"
     "  --ctx N               context length (default: the model's, at most 4096)\n"
     "  --verbose             print stats to stderr\n";
 
@@ -83,6 +84,9 @@ int genopts_parse(genopts *g, int argc, char **argv, int *i)
         if (!VALUE() || args_int(v, 1, 8, "--gpus", &n))
             return -1;
         g->load.n_gpus = (int)n;
+    } else if (!strcmp(a, "--quant")) {
+        if (!VALUE() || genopts_quant(v, &g->load.quant))
+            return -1;
     } else if (!strcmp(a, "--ctx")) {
         if (!VALUE() || args_int(v, 1, 1 << 24, "--ctx", &n))
             return -1;
@@ -110,6 +114,21 @@ int genopts_device(const char *v, int *device)
         *device = LMX_DEVICE_AUTO;
     else {
         fprintf(stderr, "lmx: --device '%s': want cpu, cuda or auto\n", v);
+        return -1;
+    }
+    return 0;
+}
+
+int genopts_quant(const char *v, int *quant)
+{
+    if (!strcmp(v, "none") || !strcmp(v, "0"))
+        *quant = 0;
+    else if (!strcmp(v, "q8") || !strcmp(v, "8"))
+        *quant = 8;
+    else if (!strcmp(v, "q4") || !strcmp(v, "4"))
+        *quant = 4;
+    else {
+        fprintf(stderr, "lmx: --quant '%s': want none, q8 or q4\n", v);
         return -1;
     }
     return 0;

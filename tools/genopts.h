@@ -28,6 +28,9 @@ lmx_gen_config genopts_config(const genopts *g, const lmx_model *m);
 /* Parses a --device value (cpu, cuda, auto) into an LMX_DEVICE_*; -1 with
  * a message otherwise. */
 int genopts_device(const char *v, int *device);
+/* Parses a --quant value (none, q8, q4; or 0, 8, 4) into
+ * lmx_load_options.quant; -1 with a message otherwise. */
+int genopts_quant(const char *v, int *quant);
 /* Help text for the shared options. */
 extern const char genopts_help[];
 /* Prints the stream's stats to stderr (for --verbose). */
