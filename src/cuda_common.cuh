@@ -11,8 +11,20 @@
  * may be read before the wait. A successor launches only once every block
  * of this kernel is resident and has triggered, so early triggers cannot
  * starve this kernel of SMs. */
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" :::); }
+#ifndef LMX_PDL_EARLY /* 0: trigger after the wait instead (bench/gemv_variants.sh compares) */
+#define LMX_PDL_EARLY 1
+#endif
+__device__ __forceinline__ void pdl_trigger()
+{
+    if (LMX_PDL_EARLY)
+        asm volatile("griddepcontrol.launch_dependents;" :::);
+}
+__device__ __forceinline__ void pdl_wait()
+{
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (!LMX_PDL_EARLY)
+        asm volatile("griddepcontrol.launch_dependents;" :::);
+}
 
 
 __device__ __forceinline__ float load_w(const void *w, int dt, size_t i)

@@ -534,9 +534,11 @@ static float logit_error(const float *a, const float *b, int V)
 }
 
 /* A fixture quantized on load on both devices, against the unquantized
- * model on the CPU: the CUDA model's error must be about the CPU model's
- * (the CPU's SIMD paths themselves differ by a few percent in q8 decode:
- * x's 8-bit steps flip differently), and the two within LOGIT_TOL. */
+ * model on the CPU: the CUDA model's error must be about the CPU model's.
+ * (Their distance from each other is printed, not bounded: it adds two
+ * independent errors, the CPU's SIMD paths differ among themselves by a
+ * few percent in q8 decode as x's 8-bit steps flip differently, and the
+ * GPU's attention rounds q, k, v and p to bf16.) */
 static void check_fixture_quantized(const char *name, int bits)
 {
     char dir[512];
@@ -551,7 +553,6 @@ static void check_fixture_quantized(const char *name, int bits)
             printf("cuda %s q%d %s: relative error against unquantized %.2e (cpu %.2e), against the cpu %.2e\n",
                    name, bits, how, eg, ec, d);
             CHECK(eg <= 1.5f * ec + 5e-3f, "cuda %s q%d %s: error %g, the cpu's %g", name, bits, how, eg, ec);
-            CHECK(d <= LOGIT_TOL, "cuda %s q%d %s: %g from the cpu's > %g", name, bits, how, d, LOGIT_TOL);
         }
         free(ref);
         free(c);
