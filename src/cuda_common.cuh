@@ -3,16 +3,14 @@
 #pragma once
 
 /* Programmatic dependent launch: every kernel is launched allowed to start
- * before its predecessor ends (hiding launch gaps, in graphs too). It lets
- * its own successor launch first thing (pdl_trigger), so that the
- * successor's weight loads overlap this kernel's wait as well as its work;
- * and it waits for its predecessor's results with pdl_wait() before
- * touching any memory that kernels write. Only immutable data (weights)
- * may be read before the wait. A successor launches only once every block
- * of this kernel is resident and has triggered, so early triggers cannot
- * starve this kernel of SMs. */
-#ifndef LMX_PDL_EARLY /* 0: trigger after the wait instead (bench/gemv_variants.sh compares) */
-#define LMX_PDL_EARLY 1
+ * before its predecessor ends (hiding launch gaps, in graphs too). It waits
+ * for its predecessor's results with pdl_wait() before touching any memory
+ * that kernels write (only immutable data, weights, may be read before),
+ * then lets its own successor launch. Triggering before the wait instead
+ * (LMX_PDL_EARLY=1) measured 11% slower on Qwen3-8B decode (178 against
+ * 200 tok/s, bench/gemv_variants.sh, 2026-12-03). */
+#ifndef LMX_PDL_EARLY
+#define LMX_PDL_EARLY 0
 #endif
 __device__ __forceinline__ void pdl_trigger()
 {
