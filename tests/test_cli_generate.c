@@ -47,6 +47,13 @@ static void check_run(void)
     snprintf(cmd, sizeof cmd, "%s run %s -p hi --top-p 1.5 2>&1", LMX_BIN, QWEN);
     CHECK(test_run(cmd, &out) == 2 && out && strstr(out, "--top-p"), "bad --top-p: %s", out ? out : "");
     free(out);
+    snprintf(cmd, sizeof cmd, "%s run %s -p hi --quant q5 2>&1", LMX_BIN, QWEN);
+    CHECK(test_run(cmd, &out) == 2 && out && strstr(out, "--quant 'q5'"), "bad --quant: %s", out ? out : "");
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s run %s --prompt-ids 9707,11 -n 3 --temp 0 --ignore-eos --quant q8 --json", LMX_BIN,
+             QWEN);
+    CHECK(test_run(cmd, &out) == 0 && out && strstr(out, "\"generated_tokens\":3"), "--quant q8: %s", out ? out : "");
+    free(out);
     snprintf(cmd, sizeof cmd, "%s run %s --prompt-ids 1,2 --ctx 1 2>&1", LMX_BIN, QWEN);
     CHECK(test_run(cmd, &out) == 1 && out && strstr(out, "does not fit"), "prompt beyond the context: %s", out ? out : "");
     free(out);
