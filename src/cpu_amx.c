@@ -59,7 +59,8 @@ void lmx_amx_split(const float *w, int K, uint16_t *hi, uint16_t *lo)
         __m512i h, l;
         split32(w + k, &h, &l);
         _mm512_storeu_si512(hi + k, h);
-        _mm512_storeu_si512(lo + k, l);
+        if (lo)
+            _mm512_storeu_si512(lo + k, l);
     }
 }
 

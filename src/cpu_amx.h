@@ -12,7 +12,7 @@
  * bf16(x - bf16(x)) as the tiles read them (pairs of k per dword, a tile
  * row per pair, a column per row of x). */
 void lmx_amx_pack_x(const float *x, int K, int rows, uint16_t *hi, uint16_t *lo);
-/* w[0, K) (K a multiple of 32) as bf16 hi and lo parts. */
+/* w[0, K) (K a multiple of 32) as bf16 hi and lo parts (lo NULL: hi only). */
 void lmx_amx_split(const float *w, int K, uint16_t *hi, uint16_t *lo);
 /* out[i * ldo + r] = (w[r] + wlo[r]) . x[i] for 32 bf16 weight rows
  * (row-major, K columns; wlo NULL or the low parts) and i < n, x packed in
