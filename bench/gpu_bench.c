@@ -1,9 +1,11 @@
-/* GPU numbers for one checkpoint (bench/gpu_bench.sh builds and runs it):
+/* GPU numbers for one checkpoint (bench/gpu_run.sh builds and runs it):
  * device-to-device copy bandwidth, prefill tok/s for 512- and 4096-token
  * prompts, decode tok/s at context 0 and at depth 4096, and the decode's
  * effective bandwidth (weights read per token + KV cache read) against the
- * copy bandwidth. Random token ids; timings are wall clock around
+ * copy bandwidth; the 4096-token prefill's arithmetic rate against cuBLAS's
+ * bf16 rate on the model's own products. Random token ids; timings are wall clock around
  * lmx_context_eval, which returns with the logits on the host. */
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +44,78 @@ static double copy_bandwidth(void)
     cudaFree(a);
     cudaFree(b);
     return 20.0 * 2 * (double)n / (ms * 1e-3);
+}
+
+/* FLOP/s of cuBLAS's bf16 tensor-core products (bf16 in, float32 out and
+ * accumulation, as lmx's prefill calls it) on one layer's weight shapes
+ * with `rows` rows of activations: the rate prefill's products could reach. */
+static double matmul_rate(const lmx_config *c, int rows)
+{
+    int q = c->n_heads * c->head_dim, kv = c->n_kv_heads * c->head_dim, hid = c->hidden_size,
+        inter = c->intermediate_size;
+    const int shape[][2] = {{q + 2 * kv, hid}, {hid, q}, {2 * inter, hid}, {hid, inter}}; /* N, K */
+    size_t wmax = 0, kmax = 0, nmax = 0;
+    for (int i = 0; i < 4; i++) {
+        size_t n = (size_t)shape[i][0], k = (size_t)shape[i][1];
+        wmax = n * k > wmax ? n * k : wmax;
+        kmax = k > kmax ? k : kmax;
+        nmax = n > nmax ? n : nmax;
+    }
+    void *w = NULL, *x = NULL, *y = NULL;
+    cublasHandle_t h = NULL;
+    double rate = 0;
+    if (cudaMalloc(&w, wmax * 2) || cudaMalloc(&x, (size_t)rows * kmax * 2) ||
+        cudaMalloc(&y, (size_t)rows * nmax * 4) || cublasCreate(&h) != CUBLAS_STATUS_SUCCESS)
+        goto done;
+    cudaMemset(w, 0x3c, wmax * 2); /* bf16 ~0.01: finite sums */
+    cudaMemset(x, 0x3c, (size_t)rows * kmax * 2);
+    const float one = 1, zero = 0;
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    double flops = 0;
+    for (int rep = 0; rep < 6; rep++) { /* the first round warms up */
+        if (rep == 1) {
+            cudaEventRecord(e0, 0);
+            flops = 0;
+        }
+        for (int i = 0; i < 4; i++) {
+            int n = shape[i][0], k = shape[i][1];
+            cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &one, w, CUDA_R_16BF, k, x, CUDA_R_16BF, k, &zero, y,
+                         CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            flops += 2.0 * n * k * rows;
+        }
+    }
+    cudaEventRecord(e1, 0);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    rate = flops / (ms * 1e-3);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+done:
+    if (h)
+        cublasDestroy(h);
+    cudaFree(w);
+    cudaFree(x);
+    cudaFree(y);
+    return rate;
+}
+
+/* Arithmetic of a prefill of n tokens a token: the layers' products and
+ * causal attention (QK and PV, each key within the layer's window). */
+static double prefill_flops(const lmx_config *c, int n)
+{
+    double q = (double)c->n_heads * c->head_dim, kv = (double)c->n_kv_heads * c->head_dim, hid = c->hidden_size;
+    double per_layer = 2 * (hid * (q + 2 * kv) + q * hid + 3 * hid * c->intermediate_size), f = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        int win = c->layers[l].window;
+        double keys = 0; /* keys seen, summed over the n positions */
+        for (int i = 0; i < n; i++)
+            keys += win && win < i + 1 ? win : i + 1;
+        f += per_layer + 4 * q * keys / n;
+    }
+    return f;
 }
 
 static void fail(const char *what, const lmx_error *err)
@@ -162,6 +236,7 @@ int main(int argc, char **argv)
     prefill(m, 64, chunk, logits); /* warm-up: module load, cuBLAS heuristics */
     double p512 = prefill(m, 512, chunk, logits), p4096 = prefill(m, 4096, chunk, logits);
     double d0 = decode(m, 0, gen, chunk, logits), d4096 = decode(m, 4096, gen, chunk, logits);
+    double mm = matmul_rate(c, 4096), pf = p4096 * prefill_flops(c, 4096);
     printf("model %s: %s, %.2f GB weights as stored, %s, loaded in %.1f s; copy bandwidth %.0f GB/s (read + write)\n",
            argv[1], lmx_model_type(m), m->weight_bytes / 1e9, quant == 8 ? "q8" : quant == 4 ? "q4" : "unquantized",
            load_s, bw / 1e9);
@@ -170,6 +245,8 @@ int main(int argc, char **argv)
     printf("| %.0f | %.0f | %.1f | %.1f | %.0f (%.0f%%) | %.0f (%.0f%%) |\n", p512, p4096, d0, d4096,
            d0 * wbytes / 1e9, 100 * d0 * wbytes / bw, d4096 * (wbytes + kv4096) / 1e9,
            100 * d4096 * (wbytes + kv4096) / bw);
+    printf("prefill 4096: %.0f TFLOP/s, %.0f%% of cuBLAS bf16 on the layer shapes at 4096 rows (%.0f TFLOP/s)\n",
+           pf / 1e12, mm > 0 ? 100 * pf / mm : 0.0, mm / 1e12);
     free(logits);
     lmx_close(m);
     return 0;

@@ -762,8 +762,8 @@ cudaError_t attention_init(cuda_backend *b)
         const void *k;
         size_t shm;
     } ks[] = {{(const void *)k_attn_dec<64>, dec_shm(64)},      {(const void *)k_attn_dec<128>, dec_shm(128)},
-              {(const void *)k_attn_dec<256>, dec_shm(256)},    {(const void *)k_attn_fa<64>, fa_shm(64)},
-              {(const void *)k_attn_fa<128>, fa_shm(128)},      {(const void *)k_attn_prefill<2>, prefill_shm(64)},
+              {(const void *)k_attn_dec<256>, dec_shm(256)},    {(const void *)k_attn_fa<64>, fa_shm<64>()},
+              {(const void *)k_attn_fa<128>, fa_shm<128>()},  {(const void *)k_attn_fa<256>, fa_shm<256>()},      {(const void *)k_attn_prefill<2>, prefill_shm(64)},
               {(const void *)k_attn_prefill<4>, prefill_shm(128)}, {(const void *)k_attn_prefill<8>, prefill_shm(256)}};
     cudaError_t e = cudaSuccess;
     for (size_t i = 0; i < sizeof ks / sizeof *ks && e == cudaSuccess; i++)
@@ -805,6 +805,17 @@ void attention_decode(cuda_backend *b, lmx_tensor *out, const lmx_tensor *q, con
     }
 }
 
+template <int HD>
+void flash_attention(cuda_backend *b, lmx_tensor *out, const lmx_tensor *q, const bf16 *kc, const bf16 *vc, int slots,
+                     const lmx_attn_params *p, const int *dpos)
+{
+    constexpr int Q = fa_shape<HD>::Q;
+    dim3 grid(p->n_heads, (p->n_rows + Q - 1) / Q);
+    launch(b, k_attn_fa<HD>, grid, fa_shape<HD>::WARPS * 32, fa_shm<HD>(), f32(out), f32(q), kc, vc, slots,
+           p->n_heads, p->n_kv_heads, p->window, p->scale, p->softcap, dpos, p->pos0, p->n_rows);
+    launched(b, "attention (flash)");
+}
+
 void cuda_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const lmx_tensor *kc,
                     const lmx_tensor *vc, const lmx_attn_params *p)
 {
@@ -825,12 +836,13 @@ void cuda_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const
         attention_decode(b, out, q, kc, vc, p, dpos);
         return;
     }
-    if ((hd == 64 || hd == 128) && !b->simt_attn) {
-        dim3 grid(p->n_heads, (p->n_rows + FA_Q - 1) / FA_Q);
-        auto k = hd == 64 ? k_attn_fa<64> : k_attn_fa<128>;
-        launch(b, k, grid, FA_WARPS * 32, fa_shm(hd), f32(out), f32(q), kcd, vcd, kc->rows, p->n_heads, p->n_kv_heads,
-               p->window, p->scale, p->softcap, dpos, p->pos0, p->n_rows);
-        launched(b, "attention (flash)");
+    if ((hd == 64 || hd == 128 || hd == 256) && !b->simt_attn) {
+        if (hd == 64)
+            flash_attention<64>(b, out, q, kcd, vcd, kc->rows, p, dpos);
+        else if (hd == 128)
+            flash_attention<128>(b, out, q, kcd, vcd, kc->rows, p, dpos);
+        else
+            flash_attention<256>(b, out, q, kcd, vcd, kc->rows, p, dpos);
         return;
     }
     dim3 grid(p->n_heads, (p->n_rows + PF_ROWS - 1) / PF_ROWS);

@@ -1,7 +1,7 @@
 /* Attention kernels over the bf16 KV cache: decode (up to GEMV_ROWS query
  * rows) split over the keys on the tensor cores, with the merge of its
- * splits; prefill on the tensor cores (flash-attention style, head_dim 64
- * and 128) and in float32 (SIMT, other head sizes). */
+ * splits; prefill on the tensor cores (flash-attention style, head_dim 64,
+ * 128 and 256) and in float32 (SIMT, other head sizes). */
 #pragma once
 
 typedef __nv_bfloat16 bf16;
@@ -361,27 +361,32 @@ __global__ void k_attn_merge(float *out, const float *part, int H, int hd, int n
 
 /* Prefill, tensor cores ----------------------------------------------------- */
 
-/* 128 queries a block (8 warps of 16), 64-key tiles. */
-enum { FA_WARPS = 8, FA_Q = 16 * FA_WARPS, FA_K = 64 };
+/* Flash-attention block shape by head size: 8 warps of 16 queries and
+ * 64-key tiles up to head_dim 128; at 256, where a lane's share of the
+ * output rows alone takes 128 registers, 4 warps and 32-key tiles (two
+ * blocks a multiprocessor either way). */
+template <int HD> struct fa_shape {
+    enum { WARPS = HD > 128 ? 4 : 8, Q = 16 * WARPS, K = HD > 128 ? 32 : 64 };
+};
 
-/* Shared memory of k_attn_fa: Q [FA_Q][HD + 8], then two stages of K and
- * V [FA_K][HD + 8], bf16 (padding: conflict-free ldmatrix rows). */
-size_t fa_shm(int hd) { return (size_t)(FA_Q + 4 * FA_K) * (hd + 8) * 2; }
+/* Shared memory of k_attn_fa: Q [Q][HD + 8], then two stages of K and V
+ * [K][HD + 8], bf16 (padding: conflict-free ldmatrix rows). */
+template <int HD> size_t fa_shm() { return (size_t)(fa_shape<HD>::Q + 4 * fa_shape<HD>::K) * (HD + 8) * 2; }
 
 /* Prefill attention on the tensor cores (flash-attention style): one block
- * per (head, FA_Q queries), longest blocks first; each warp 16 queries.
- * K/V tiles stream into shared memory by asynchronous copies, the next
- * tile in flight while the current one is computed (attn_tile: Q, K, P, V
- * in bf16, float32 accumulation). Warps whose queries see none of a tile's
- * keys (causal, window) skip it. */
+ * per (head, fa_shape::Q queries), longest blocks first; each warp 16
+ * queries. K/V tiles stream into shared memory by asynchronous copies, the
+ * next tile in flight while the current one is computed (attn_tile: Q, K,
+ * P, V in bf16, float32 accumulation). Warps whose queries see none of a
+ * tile's keys (causal, window) skip it. */
 template <int HD>
-__global__ void __launch_bounds__(FA_WARPS * 32, 2)
+__global__ void __launch_bounds__(fa_shape<HD>::WARPS * 32, 2)
     k_attn_fa(float *out, const float *q, const bf16 *kc, const bf16 *vc, int slots, int H, int KVH, int window,
               float scale, float softcap, const int *dpos, int pos0, int n_rows)
 {
     pdl_trigger();
     pdl_wait();
-    constexpr int LD = HD + 8;
+    constexpr int LD = HD + 8, FA_Q = fa_shape<HD>::Q, FA_K = fa_shape<HD>::K;
     extern __shared__ __align__(16) bf16 fsh[];
     bf16 *Qs = fsh, *KV = Qs + FA_Q * LD; /* stage b: K at KV + 2b FA_K LD, V after */
     int h = blockIdx.x, r0 = (gridDim.y - 1 - blockIdx.y) * FA_Q, nr = min(FA_Q, n_rows - r0);

@@ -372,8 +372,8 @@ static void check_attention(pair *p)
             char what[128];
             snprintf(what, sizeof what, "attention hd %d heads %d/%d rows %d at %d window %d softcap %g", hd, H, KVH, n,
                      pos0, cases[k].window, (double)cases[k].softcap);
-            /* tensor cores for decode, and for prefill with head_dim 64 or 128 */
-            int tc = n <= 8 || ((hd == 64 || hd == 128) && !getenv("LMX_CUDA_ATTN"));
+            /* tensor cores for decode, and for prefill with head_dim 64, 128 or 256 */
+            int tc = n <= 8 || ((hd == 64 || hd == 128 || hd == 256) && !getenv("LMX_CUDA_ATTN"));
             float e = same(p, &o, n, tc ? 0x1p-9f + 2e-5f : 2e-4f, what); /* max |v| <= 1 */
             worst[n > 8] = fmaxf(worst[n > 8], e);
         }
