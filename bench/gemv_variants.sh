@@ -4,6 +4,7 @@
 # own directory, all run on the same checkpoint in one go.
 #   bench/gemv_variants.sh MODEL 'NAME:FLAGS' ...
 # e.g. bench/gemv_variants.sh qwen3-8b 'base:' 'w8:-DLMX_GEMV_WARPS=8'
+# (BENCH_ARGS go to gpu_bench, e.g. "--quant q4").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 lmx_cmake_pc=()
@@ -23,6 +24,6 @@ for rep in 1 2; do
     for v in "$@"; do
         name=${v%%:*}
         printf '%s (%s) run %d: ' "$name" "${v#*:}" "$rep"
-        "build-v-$name/gpu_bench" "$d" --decode-only --gen 128 2>&1 | tail -1
+        "build-v-$name/gpu_bench" "$d" --decode-only --gen 128 ${BENCH_ARGS:-} 2>&1 | tail -1
     done
 done

@@ -28,6 +28,8 @@
 
 extern "C" {
 #include "backend_cuda.h"
+#include "cpu_kernels.h"
+#include "cpu_path.h"
 #include "quant.h"
 #include "threadpool.h"
 }
@@ -261,19 +263,21 @@ enum { QUANT_ROWS = 64 };
 
 struct quant_job {
     const lmx_cpu_weight *src, *dst;
+    void (*rows)(const lmx_cpu_weight *src, const lmx_cpu_weight *dst, int r0, int r1);
 };
 
 void quant_task(void *ctx, int task, int)
 {
     const quant_job *j = (const quant_job *)ctx;
     int r0 = task * QUANT_ROWS, r1 = r0 + QUANT_ROWS < j->src->rows ? r0 + QUANT_ROWS : j->src->rows;
-    lmx_quant_rows(j->src, j->dst, r0, r1);
+    j->rows(j->src, j->dst, r0, r1);
 }
 
 /* The q8/q4 form of rows x cols floats of dtype dt at src (row stride ld
  * elements) in one host buffer of *bytes: packed values, scales, biases
- * (docs/quantization.md). The CPU backend's quantizer, on the backend's
- * host threads, so that both backends hold the same values. */
+ * (docs/quantization.md). The CPU backend's quantizer for this CPU's
+ * kernel path (every path gives the same bytes), on the backend's host
+ * threads, so that both backends hold the same values. */
 void *quantize_host(cuda_backend *b, const char *src, lmx_dtype dt, int rows, int cols, int ld, int group,
                     size_t *bytes)
 {
@@ -293,7 +297,12 @@ void *quantize_host(cuda_backend *b, const char *src, lmx_dtype dt, int rows, in
         lmx_cpu_weight from = {kind, rows, cols, dense, NULL, NULL, 0};
         lmx_cpu_weight to = {b->quant == 8 ? LMX_WK_Q8 : LMX_WK_Q4, rows, cols, q,
                              (const uint16_t *)(q + qbytes), (const uint16_t *)(q + qbytes) + ng, group};
-        quant_job j = {&from, &to};
+        lmx_cpu_path path;
+        lmx_error ignored = {};
+        quant_job j = {&from, &to, lmx_quant_rows}; /* the portable one if no path suits (LMX_CPU_PATH) */
+        const lmx_cpu_kernels *k = lmx_cpu_path_select(&path, &ignored) ? NULL : lmx_cpu_kernels_for(path);
+        if (k)
+            j.rows = k->quant_rows;
         lmx_pool_run(b->pool, (rows + QUANT_ROWS - 1) / QUANT_ROWS, quant_task, &j);
     }
     if (dense != src)
