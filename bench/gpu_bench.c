@@ -3,8 +3,8 @@
  * prompts, decode tok/s at context 0 and at depth 4096, and the decode's
  * effective bandwidth (weights read per token + KV cache read) against the
  * copy bandwidth; the 4096-token prefill's arithmetic rate against cuBLAS's
- * bf16 rate on the model's own products. Random token ids; timings are wall clock around
- * lmx_context_eval, which returns with the logits on the host. */
+ * bf16 rate on the model's own products. Random token ids; timings are wall
+ * clock around lmx_context_eval, which returns with the logits on the host. */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -48,7 +48,8 @@ static double copy_bandwidth(void)
 
 /* FLOP/s of cuBLAS's bf16 tensor-core products (bf16 in, float32 out and
  * accumulation, as lmx's prefill calls it) on one layer's weight shapes
- * with `rows` rows of activations: the rate prefill's products could reach. */
+ * with `rows` rows of activations: the rate prefill's products could reach
+ * (0 if cuBLAS failed). */
 static double matmul_rate(const lmx_config *c, int rows)
 {
     int q = c->n_heads * c->head_dim, kv = c->n_kv_heads * c->head_dim, hid = c->hidden_size,
@@ -74,6 +75,7 @@ static double matmul_rate(const lmx_config *c, int rows)
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
     double flops = 0;
+    int ok = 1;
     for (int rep = 0; rep < 6; rep++) { /* the first round warms up */
         if (rep == 1) {
             cudaEventRecord(e0, 0);
@@ -81,8 +83,9 @@ static double matmul_rate(const lmx_config *c, int rows)
         }
         for (int i = 0; i < 4; i++) {
             int n = shape[i][0], k = shape[i][1];
-            cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &one, w, CUDA_R_16BF, k, x, CUDA_R_16BF, k, &zero, y,
-                         CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            ok &= cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &one, w, CUDA_R_16BF, k, x, CUDA_R_16BF, k,
+                               &zero, y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
             flops += 2.0 * n * k * rows;
         }
     }
@@ -90,7 +93,7 @@ static double matmul_rate(const lmx_config *c, int rows)
     cudaEventSynchronize(e1);
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, e1);
-    rate = flops / (ms * 1e-3);
+    rate = ok && ms > 0 ? flops / (ms * 1e-3) : 0;
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
 done:

@@ -103,6 +103,9 @@ struct cuda_backend {
 
     int quant;     /* weight matrices quantized on upload: 0, 8 or 4 */
     lmx_pool *pool; /* host threads that quantize (while loading only) */
+    /* the quantizer of this CPU's kernel path (the portable one if no path
+     * suits, e.g. under LMX_CPU_PATH); every path gives the same bytes */
+    void (*quant_rows)(const lmx_cpu_weight *src, const lmx_cpu_weight *dst, int r0, int r1);
 
     /* scratch, grown outside graph capture only */
     __nv_bfloat16 *xbf, *wbf; /* prefill: x in bf16; q8/q4 weights dequantized */
@@ -275,9 +278,8 @@ void quant_task(void *ctx, int task, int)
 
 /* The q8/q4 form of rows x cols floats of dtype dt at src (row stride ld
  * elements) in one host buffer of *bytes: packed values, scales, biases
- * (docs/quantization.md). The CPU backend's quantizer for this CPU's
- * kernel path (every path gives the same bytes), on the backend's host
- * threads, so that both backends hold the same values. */
+ * (docs/quantization.md). The CPU backend's quantizer, on the backend's
+ * host threads, so that both backends hold the same values. */
 void *quantize_host(cuda_backend *b, const char *src, lmx_dtype dt, int rows, int cols, int ld, int group,
                     size_t *bytes)
 {
@@ -286,8 +288,13 @@ void *quantize_host(cuda_backend *b, const char *src, lmx_dtype dt, int rows, in
     *bytes = qbytes + 2 * ng * sizeof(uint16_t);
     char *dense = ld == cols ? (char *)src : (char *)malloc((size_t)rows * cols * es); /* a column slice */
     char *q = (char *)malloc(*bytes);
-    if (!b->pool)
+    if (!b->pool) {
         b->pool = lmx_pool_new(0);
+        lmx_cpu_path path;
+        lmx_error ignored = {};
+        const lmx_cpu_kernels *k = lmx_cpu_path_select(&path, &ignored) ? NULL : lmx_cpu_kernels_for(path);
+        b->quant_rows = k ? k->quant_rows : lmx_quant_rows;
+    }
     bool ok = dense && q && b->pool;
     if (ok && dense != src)
         ok = cudaMemcpy2D(dense, (size_t)cols * es, src, (size_t)ld * es, (size_t)cols * es, (size_t)rows,
@@ -297,12 +304,7 @@ void *quantize_host(cuda_backend *b, const char *src, lmx_dtype dt, int rows, in
         lmx_cpu_weight from = {kind, rows, cols, dense, NULL, NULL, 0};
         lmx_cpu_weight to = {b->quant == 8 ? LMX_WK_Q8 : LMX_WK_Q4, rows, cols, q,
                              (const uint16_t *)(q + qbytes), (const uint16_t *)(q + qbytes) + ng, group};
-        lmx_cpu_path path;
-        lmx_error ignored = {};
-        quant_job j = {&from, &to, lmx_quant_rows}; /* the portable one if no path suits (LMX_CPU_PATH) */
-        const lmx_cpu_kernels *k = lmx_cpu_path_select(&path, &ignored) ? NULL : lmx_cpu_kernels_for(path);
-        if (k)
-            j.rows = k->quant_rows;
+        quant_job j = {&from, &to, b->quant_rows};
         lmx_pool_run(b->pool, (rows + QUANT_ROWS - 1) / QUANT_ROWS, quant_task, &j);
     }
     if (dense != src)
@@ -770,10 +772,15 @@ cudaError_t attention_init(cuda_backend *b)
     const struct {
         const void *k;
         size_t shm;
-    } ks[] = {{(const void *)k_attn_dec<64>, dec_shm(64)},      {(const void *)k_attn_dec<128>, dec_shm(128)},
-              {(const void *)k_attn_dec<256>, dec_shm(256)},    {(const void *)k_attn_fa<64>, fa_shm<64>()},
-              {(const void *)k_attn_fa<128>, fa_shm<128>()},  {(const void *)k_attn_fa<256>, fa_shm<256>()},      {(const void *)k_attn_prefill<2>, prefill_shm(64)},
-              {(const void *)k_attn_prefill<4>, prefill_shm(128)}, {(const void *)k_attn_prefill<8>, prefill_shm(256)}};
+    } ks[] = {{(const void *)k_attn_dec<64>, dec_shm(64)},
+              {(const void *)k_attn_dec<128>, dec_shm(128)},
+              {(const void *)k_attn_dec<256>, dec_shm(256)},
+              {(const void *)k_attn_fa<64>, fa_shm<64>()},
+              {(const void *)k_attn_fa<128>, fa_shm<128>()},
+              {(const void *)k_attn_fa<256>, fa_shm<256>()},
+              {(const void *)k_attn_prefill<2>, prefill_shm(64)},
+              {(const void *)k_attn_prefill<4>, prefill_shm(128)},
+              {(const void *)k_attn_prefill<8>, prefill_shm(256)}};
     cudaError_t e = cudaSuccess;
     for (size_t i = 0; i < sizeof ks / sizeof *ks && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(ks[i].k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ks[i].shm);
@@ -845,15 +852,12 @@ void cuda_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const
         attention_decode(b, out, q, kc, vc, p, dpos);
         return;
     }
-    if ((hd == 64 || hd == 128 || hd == 256) && !b->simt_attn) {
-        if (hd == 64)
-            flash_attention<64>(b, out, q, kcd, vcd, kc->rows, p, dpos);
-        else if (hd == 128)
-            flash_attention<128>(b, out, q, kcd, vcd, kc->rows, p, dpos);
-        else
-            flash_attention<256>(b, out, q, kcd, vcd, kc->rows, p, dpos);
-        return;
-    }
+    if (!b->simt_attn)
+        switch (hd) { /* the head sizes with a tensor-core kernel */
+        case 64: flash_attention<64>(b, out, q, kcd, vcd, kc->rows, p, dpos); return;
+        case 128: flash_attention<128>(b, out, q, kcd, vcd, kc->rows, p, dpos); return;
+        case 256: flash_attention<256>(b, out, q, kcd, vcd, kc->rows, p, dpos); return;
+        }
     dim3 grid(p->n_heads, (p->n_rows + PF_ROWS - 1) / PF_ROWS);
     auto k = hd <= 64 ? k_attn_prefill<2> : hd <= 128 ? k_attn_prefill<4> : k_attn_prefill<8>;
     launch(b, k, grid, PF_WARPS * 32, prefill_shm(hd), f32(out), f32(q), kcd, vcd, kc->rows, p->n_heads,
