@@ -110,6 +110,8 @@ struct cuda_backend {
     /* scratch, grown outside graph capture only */
     __nv_bfloat16 *xbf, *wbf; /* prefill: x in bf16; q8/q4 weights dequantized */
     size_t xbf_cap, wbf_cap;
+    const lmx_tensor *xbf_of; /* the activation whose first xbf_rows rows xbf holds; NULL: none */
+    int xbf_rows;
     int8_t *xq; /* q8/q4 GEMV: x quantized (k_quant_x), then its steps and sums */
     size_t xq_cap;
     float *xqd;
@@ -444,6 +446,21 @@ void wrote(cuda_backend *b, const lmx_tensor *t)
 {
     if (t == b->hq_of)
         b->hq_of = NULL;
+    if (t == b->xbf_of)
+        b->xbf_of = NULL;
+}
+
+/* Prefill: an op writing n_rows of t also writes them in bf16 to xbf, the
+ * tensor-core products' input, so that a product reading t next converts
+ * nothing. NULL: not this time (decode rows, or no room). */
+__nv_bfloat16 *bf16_copy(cuda_backend *b, const lmx_tensor *t, int n_rows)
+{
+    wrote(b, t);
+    if (n_rows <= GEMV_ROWS || !grow(b, &b->xbf, &b->xbf_cap, (size_t)n_rows * t->cols, "bf16 activations"))
+        return NULL;
+    b->xbf_of = t;
+    b->xbf_rows = n_rows;
+    return b->xbf;
 }
 
 enum { OP_EMBED = 1, OP_RMSNORM, OP_MATMUL, OP_QK, OP_ATTN, OP_MLP, OP_RESIDUAL, OP_CAP, OP_COPY, OP_READ, OP_REDUCE };
@@ -470,6 +487,19 @@ void cuda_embed(lmx_backend *be, lmx_tensor *out, const lmx_tensor *table, const
     launched(b, "embed");
 }
 
+/* Threads of a norm block for rows of dim, each holding V float4s of the
+ * row (V = 2 up to 8192 elements, 8 up to 32768); 0 (a failure) beyond. */
+int norm_threads(cuda_backend *b, int dim, int *V)
+{
+    int chunks = (dim + 3) / 4, threads = chunks < 1024 ? (chunks + 31) / 32 * 32 : 1024;
+    int v = (chunks + threads - 1) / threads;
+    *V = v <= 2 ? 2 : 8;
+    if (v <= 8)
+        return threads;
+    fail(b, LMX_ERR_UNSUPPORTED, "cuda: a norm over %d elements (at most 32768)", dim);
+    return 0;
+}
+
 void cuda_rmsnorm(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, const lmx_tensor *w, int n_rows, float eps,
                   int plus_one)
 {
@@ -480,24 +510,41 @@ void cuda_rmsnorm(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, const l
     size_t n_vec = (size_t)n_rows * (size_t)x->cols / (size_t)dim;
     if (!n_vec)
         return;
-    int threads = dim >= 1024 ? 1024 : dim >= 256 ? 256 : dim > 64 ? 128 : 64;
+    int V, threads = norm_threads(b, dim, &V);
+    if (!threads)
+        return;
+    __nv_bfloat16 *ob = bf16_copy(b, out, n_rows);
     xquant q = norm_quant(b, out, n_rows, dim == x->cols);
-    launch(b, k_rmsnorm, (unsigned)n_vec, threads, 0, f32(out), f32(x), w->data, w->dtype, dim, eps, plus_one, q);
+    launch(b, V == 2 ? k_rmsnorm<2> : k_rmsnorm<8>, (unsigned)n_vec, threads, 0, f32(out), ob, f32(x), w->data,
+           w->dtype, dim, eps, plus_one, q);
     launched(b, "rmsnorm");
 }
 
+/* Most warps a weight row gets (bench/RESULTS.md: 1 is one warp a row). */
+#ifndef LMX_GEMV_KSPLIT
+#define LMX_GEMV_KSPLIT 4
+#endif
+
 template <typename F, bool GATED> void gemv_launch(cuda_backend *b, const gemv_set &s, const xin &x, int nr, int gelu)
 {
-    unsigned grid = (unsigned)((s.end[GATED ? 0 : s.n - 1] + GEMV_WARPS - 1) / GEMV_WARPS);
-    int th = GEMV_WARPS * 32;
-    if (nr <= 1)
-        launch(b, k_gemv<F, 1, GATED>, grid, th, 0, s, x, nr, gelu);
+    int rows = s.end[GATED ? 0 : s.n - 1], th = GEMV_WARPS * 32, ks = 1;
+    /* one row of x (decode): as many warps a row as keep every
+     * multiprocessor full (64 warps each) in one wave */
+    while (nr <= 1 && ks < LMX_GEMV_KSPLIT && (size_t)rows * ks * 2 <= (size_t)b->sms * 64)
+        ks *= 2;
+    unsigned grid = (unsigned)((rows + GEMV_WARPS / ks - 1) / (GEMV_WARPS / ks));
+    if (ks == 4)
+        launch(b, k_gemv<F, 1, GATED, 4>, grid, th, 0, s, x, nr, gelu);
+    else if (ks == 2)
+        launch(b, k_gemv<F, 1, GATED, 2>, grid, th, 0, s, x, nr, gelu);
+    else if (nr <= 1)
+        launch(b, k_gemv<F, 1, GATED, 1>, grid, th, 0, s, x, nr, gelu);
     else if (nr <= 2)
-        launch(b, k_gemv<F, 2, GATED>, grid, th, 0, s, x, nr, gelu);
+        launch(b, k_gemv<F, 2, GATED, 1>, grid, th, 0, s, x, nr, gelu);
     else if (nr <= 4)
-        launch(b, k_gemv<F, 4, GATED>, grid, th, 0, s, x, nr, gelu);
+        launch(b, k_gemv<F, 4, GATED, 1>, grid, th, 0, s, x, nr, gelu);
     else
-        launch(b, k_gemv<F, 8, GATED>, grid, th, 0, s, x, nr, gelu);
+        launch(b, k_gemv<F, 8, GATED, 1>, grid, th, 0, s, x, nr, gelu);
 }
 
 template <typename F> void gemv_gated(cuda_backend *b, const gemv_set &s, const xin &x, int nr, bool gated, int gelu)
@@ -508,9 +555,9 @@ template <typename F> void gemv_gated(cuda_backend *b, const gemv_set &s, const 
         gemv_launch<F, false>(b, s, x, nr, gelu);
 }
 
-void gated_act(cuda_backend *b, float *gate, const float *up, size_t n, int gelu)
+void gated_act(cuda_backend *b, float *gate, const float *up, __nv_bfloat16 *gb, size_t n, int gelu)
 {
-    launch(b, k_gated_act, blocks_for(n, 256), 256, 0, gate, up, n, gelu);
+    launch(b, k_gated_act, blocks_for(n / 4 + 1, 256), 256, 0, gate, up, gb, n, gelu);
     launched(b, "gated activation");
 }
 
@@ -548,7 +595,7 @@ void gemv_one_format(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_
                 !grow(b, &b->xqd, &b->xqd_cap, 2 * ng, "quantized x steps"))
                 return;
             q = xquant{b->xq, b->xqd, b->xqd + ng, w->group, w->bits == 4};
-            launch(b, k_quant_x, blocks_for(ng * 32, 256), 256, 0, q, x, K, nr);
+            launch(b, k_quant_x, blocks_for((size_t)nr * K / 4, 256), 256, 0, q, x, K, nr);
         }
         xi.xq = q.xq;
         xi.xd = q.xd;
@@ -591,7 +638,7 @@ void gemv(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *xt,
     }
     launched(b, "matmul (gemv)");
     if (gated)
-        gated_act(b, f32(outs[0]) + row0 * outs[0]->cols, f32(outs[1]) + row0 * outs[1]->cols,
+        gated_act(b, f32(outs[0]) + row0 * outs[0]->cols, f32(outs[1]) + row0 * outs[1]->cols, NULL,
                   (size_t)nr * ws[0]->rows, gelu);
 }
 
@@ -633,13 +680,15 @@ void matmuls(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *
             continue;
         }
         size_t nx = (size_t)n_rows * K;
-        if (!have_bf16) { /* x rounded to bf16 once for all the weights */
+        if (!have_bf16 && (b->xbf_of != x || b->xbf_rows < n_rows)) { /* x rounded to bf16 once */
             if (!grow(b, &b->xbf, &b->xbf_cap, nx, "bf16 activations"))
                 return;
-            launch(b, k_to_bf16, blocks_for(nx, 256), 256, 0, b->xbf, f32(x), nx);
+            launch(b, k_to_bf16, blocks_for(nx / 8 + 1, 256), 256, 0, b->xbf, f32(x), nx);
             launched(b, "to bf16");
-            have_bf16 = true;
+            b->xbf_of = x;
+            b->xbf_rows = n_rows;
         }
+        have_bf16 = true;
         /* q8/q4: WBF_ELEMS elements of weight rows at a time dequantized to bf16 */
         int step = !ws[i]->bits ? N : WBF_ELEMS / K < 1 ? 1 : WBF_ELEMS / K < N ? WBF_ELEMS / K : N;
         if (ws[i]->bits && !grow(b, &b->wbf, &b->wbf_cap, (size_t)step * K, "dequantized weights"))
@@ -661,7 +710,7 @@ void matmuls(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *
         }
     }
     if (gated)
-        gated_act(b, f32(outs[0]), f32(outs[1]), (size_t)n_rows * ws[0]->rows, gelu);
+        gated_act(b, f32(outs[0]), f32(outs[1]), bf16_copy(b, outs[0], n_rows), (size_t)n_rows * ws[0]->rows, gelu);
 }
 
 /* Replayed steps fold every tensor of a multi-tensor op into the signature. */
@@ -757,8 +806,8 @@ void cuda_qk_prepare(lmx_backend *be, lmx_tensor *q, lmx_tensor *k, const lmx_te
     if (!inv)
         return;
     bf16 *kcd = (bf16 *)kc->data, *vcd = (bf16 *)vc->data;
-    dim3 grid((unsigned)(q->cols / head_dim + k->cols / head_dim), (unsigned)n_rows);
-    launch(b, k_qk_prepare, grid, (head_dim + 31) / 32 * 32, (size_t)head_dim * sizeof(float), f32(q), f32(k),
+    dim3 grid((unsigned)((q->cols / head_dim + k->cols / head_dim + QK_WARPS - 1) / QK_WARPS), (unsigned)n_rows);
+    launch(b, k_qk_prepare, grid, QK_WARPS * 32, (size_t)QK_WARPS * head_dim * sizeof(float), f32(q), f32(k),
            f32(v), q_norm->data, (int)q_norm->dtype, k_norm->data, (int)k_norm->dtype, kcd, vcd, inv,
            head_dim, q->cols / head_dim, k->cols / head_dim, kc->rows, step_pos(b, pos0), pos0, eps, plus_one);
     launched(b, "qk_prepare");
@@ -815,7 +864,7 @@ void attention_decode(cuda_backend *b, lmx_tensor *out, const lmx_tensor *q, con
            p->pos0, p->n_rows);
     launched(b, "attention");
     if (nsplit > 1) { /* a few hundred splits at most: their weights fit the default shared memory */
-        launch(b, k_attn_merge, dim3(p->n_heads, p->n_rows), (hd + 31) / 32 * 32, (nsplit + 1) * sizeof(float),
+        launch(b, k_attn_merge, dim3(p->n_heads, p->n_rows), MERGE_THREADS, merge_shm(nsplit),
                f32(out), b->part, p->n_heads, hd, nsplit, p->window, dpos, p->pos0, p->n_rows);
         launched(b, "attention merge");
     }
@@ -880,11 +929,14 @@ void cuda_residual_norm(lmx_backend *be, lmx_tensor *x, lmx_tensor *h, lmx_tenso
         fail(b, LMX_ERR_INTERNAL, "cuda: residual_norm of %d columns with norms of %d", dim, next->cols);
         return;
     }
-    /* 256 threads: a few elements each, their loads in flight together */
-    int threads = dim >= 256 ? 256 : dim > 64 ? 128 : 64;
+    int V, threads = norm_threads(b, dim, &V);
+    if (!threads)
+        return;
+    __nv_bfloat16 *hb = bf16_copy(b, h, n_rows);
     xquant q = norm_quant(b, h, n_rows, 1);
-    launch(b, k_residual_norm, (unsigned)n_rows, threads, 0, f32(x), f32(h), f32(y), post ? post->data : NULL,
-           post ? (int)post->dtype : 0, next->data, (int)next->dtype, dim, eps, plus_one, q);
+    launch(b, V == 2 ? k_residual_norm<2> : k_residual_norm<8>, (unsigned)n_rows, threads, 0, f32(x), f32(h), hb,
+           f32(y), post ? post->data : NULL, post ? (int)post->dtype : 0, next->data, (int)next->dtype, dim, eps,
+           plus_one, q);
     launched(b, "residual_norm");
 }
 

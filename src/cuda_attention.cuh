@@ -220,8 +220,8 @@ size_t dec_shm(int HD) { return (size_t)(16 + DEC_WARPS * 4 * DEC_KEYS) * (HD + 
  * at any depth, while splits without a chunk return at once. Each warp
  * streams its chunks with asynchronous copies, two in flight, and keeps an
  * online softmax on the tensor cores (attn_tile); the warps merge in
- * shared memory, then the block writes the output (one split) or its (acc,
- * m, l) for k_attn_merge. */
+ * shared memory, then the block writes the output (when one split holds
+ * every key) or its (acc, m, l) for k_attn_merge. */
 template <int HD>
 __global__ void __launch_bounds__(DEC_WARPS * 32)
     k_attn_dec(float *out, float *part, const float *q, const bf16 *kc, const bf16 *vc, int slots, int H, int KVH,
@@ -236,7 +236,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     int kvh = blockIdx.x / qtiles, f0 = blockIdx.x % qtiles * 16, s = blockIdx.y, nsplit = gridDim.y;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
     int base = dpos ? *dpos : pos0, last = base + n_rows - 1, lo;
-    if (s >= dec_active(base, n_rows, window, nsplit, &lo))
+    int active = dec_active(base, n_rows, window, nsplit, &lo);
+    if (s >= active)
         return;
     int chunks = (last - lo) / DEC_KEYS + 1, stride = nsplit * DEC_WARPS;
     size_t kvs = (size_t)KVH * hd;
@@ -306,56 +307,76 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
             A += wt * row[d];
         }
         size_t qi = (size_t)(f / G) * H + kvh * G + f % G; /* (query row, head) */
-        if (nsplit == 1) {
+        if (active == 1) { /* no merge needed */
             out[qi * hd + d] = A / L;
             continue;
         }
-        float *dst = part + (qi * nsplit + s) * (hd + 2);
-        dst[d] = A; /* a split that saw no key of this row: M = -inf, L = A = 0 */
-        if (d == 0) {
-            dst[hd] = M;
-            dst[hd + 1] = L;
-        }
+        /* a split that saw no key of this row: M = -inf, L = A = 0 */
+        part[(qi * nsplit + s) * hd + d] = A;
+        if (d == 0)
+            ((float2 *)(part + (size_t)n_rows * H * nsplit * hd))[qi * nsplit + s] = make_float2(M, L);
     }
 }
 
-/* Merges the active splits of k_attn_dec: one block per (head, query
- * row). The first warp finds the splits' weights (split-strided, so their
- * loads are in flight together), then every thread sums its dimensions
- * over the splits. */
-__global__ void k_attn_merge(float *out, const float *part, int H, int hd, int nsplit, int window, const int *dpos,
-                             int pos0, int n_rows)
+/* Merges the active splits of k_attn_dec: one block of MERGE_THREADS per
+ * (head, query row). The splits' (m, l) pairs give their weights; then
+ * each thread sums four dimensions over every few splits (all its loads
+ * in flight together) and the block adds those partial sums. part holds
+ * every split's output [row][head][split][hd], then their (m, l) pairs. */
+enum { MERGE_THREADS = 256 };
+size_t merge_shm(int nsplit) { return (nsplit + 32 + MERGE_THREADS * 4) * sizeof(float); }
+
+__global__ void __launch_bounds__(MERGE_THREADS) k_attn_merge(float *out, const float *part, int H, int hd,
+                                                               int nsplit, int window, const int *dpos, int pos0,
+                                                               int n_rows)
 {
     pdl_trigger();
     pdl_wait();
-    extern __shared__ float wt[]; /* the splits' weights, then the normaliser */
-    int h = blockIdx.x, i = blockIdx.y, lane = threadIdx.x & 31, lo;
-    int ns = dec_active(dpos ? *dpos : pos0, n_rows, window, nsplit, &lo);
-    const float *p = part + ((size_t)i * H + h) * nsplit * (hd + 2);
-    if (threadIdx.x < 32) {
-        float M = -INFINITY;
-        for (int s = lane; s < ns; s += 32)
-            M = fmaxf(M, p[s * (hd + 2) + hd]);
-#pragma unroll
-        for (int o = 16; o; o >>= 1)
-            M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-        float L = 0;
-        for (int s = lane; s < ns; s += 32) {
-            float ms = p[s * (hd + 2) + hd], w = ms == -INFINITY ? 0.0f : expf(ms - M);
-            wt[s] = w;
-            L += w * p[s * (hd + 2) + hd + 1];
+    extern __shared__ float msh[];
+    float *sums = msh, *red = sums + 4 * MERGE_THREADS, *wt = red + 32;
+    int lo, ns = dec_active(dpos ? *dpos : pos0, n_rows, window, nsplit, &lo);
+    if (ns == 1) /* k_attn_dec wrote the output */
+        return;
+    size_t qi = (size_t)blockIdx.y * H + blockIdx.x;
+    const float4 *acc = (const float4 *)(part + qi * nsplit * hd);
+    const float2 *ml = (const float2 *)(part + (size_t)n_rows * H * nsplit * hd) + qi * nsplit;
+    float M = -INFINITY;
+    for (int s = threadIdx.x; s < ns; s += blockDim.x)
+        M = fmaxf(M, __ldg(&ml[s].x));
+    M = block_reduce<true>(M, red);
+    float L = 0;
+    for (int s = threadIdx.x; s < ns; s += blockDim.x) {
+        float2 p = __ldg(&ml[s]);
+        float w = p.x == -INFINITY ? 0.0f : __expf(p.x - M);
+        wt[s] = w;
+        L += w * p.y;
+    }
+    L = block_sum(L, red); /* its barriers publish wt too */
+    int c4 = hd / 4, col = threadIdx.x % c4, g = threadIdx.x / c4, groups = blockDim.x / c4;
+    float4 a = make_float4(0, 0, 0, 0);
+    if (g < groups) {
+#pragma unroll 4
+        for (int s = g; s < ns; s += groups) {
+            float4 v = __ldg(acc + (size_t)s * c4 + col);
+            float w = wt[s];
+            a.x += w * v.x;
+            a.y += w * v.y;
+            a.z += w * v.z;
+            a.w += w * v.w;
         }
-        L = warp_sum(L);
-        if (lane == 0)
-            wt[ns] = L;
+        ((float4 *)sums)[threadIdx.x] = a;
     }
     __syncthreads();
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float a = 0;
-#pragma unroll 8
-        for (int s = 0; s < ns; s++)
-            a += wt[s] * p[s * (hd + 2) + d];
-        out[((size_t)i * H + h) * hd + d] = a / wt[ns];
+    if (g == 0) {
+        for (int k = 1; k < groups; k++) {
+            float4 v = ((const float4 *)sums)[k * c4 + col];
+            a.x += v.x;
+            a.y += v.y;
+            a.z += v.z;
+            a.w += v.w;
+        }
+        float inv = 1.0f / L;
+        ((float4 *)(out + qi * hd))[col] = make_float4(a.x * inv, a.y * inv, a.z * inv, a.w * inv);
     }
 }
 
@@ -379,8 +400,11 @@ template <int HD> size_t fa_shm() { return (size_t)(fa_shape<HD>::Q + 4 * fa_sha
  * next tile in flight while the current one is computed (attn_tile: Q, K,
  * P, V in bf16, float32 accumulation). Warps whose queries see none of a
  * tile's keys (causal, window) skip it. */
+#ifndef LMX_FA_MIN_BLOCKS
+#define LMX_FA_MIN_BLOCKS 2
+#endif
 template <int HD>
-__global__ void __launch_bounds__(fa_shape<HD>::WARPS * 32, 2)
+__global__ void __launch_bounds__(fa_shape<HD>::WARPS * 32, LMX_FA_MIN_BLOCKS)
     k_attn_fa(float *out, const float *q, const bf16 *kc, const bf16 *vc, int slots, int H, int KVH, int window,
               float scale, float softcap, const int *dpos, int pos0, int n_rows)
 {

@@ -62,19 +62,28 @@ __device__ __forceinline__ float warp_sum(float v)
     return v;
 }
 
-/* The sum of v over the block (blockDim.x a multiple of 32); red holds 32
- * floats of shared memory. Every thread gets the result. */
-__device__ float block_sum(float v, float *red)
+__device__ __forceinline__ float warp_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* The sum (or the maximum) of v over the block (blockDim.x a multiple of
+ * 32); red holds 32 floats of shared memory. Every thread gets the result. */
+template <bool MAX> __device__ float block_reduce(float v, float *red)
 {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    v = warp_sum(v);
+    v = MAX ? warp_max(v) : warp_sum(v);
     __syncthreads(); /* red may still be read from an earlier call */
     if (lane == 0)
         red[warp] = v;
     __syncthreads();
-    v = lane < nw ? red[lane] : 0;
-    return warp_sum(v);
+    v = lane < nw ? red[lane] : MAX ? -INFINITY : 0.0f;
+    return MAX ? warp_max(v) : warp_sum(v);
 }
+__device__ float block_sum(float v, float *red) { return block_reduce<false>(v, red); }
 
 /* Pulls a norm weight (dim elements of dtype dt) toward L2 while the
  * previous kernel finishes: only for data no kernel writes. */
@@ -101,44 +110,34 @@ struct xquant {
     int G, q4order;
 };
 
-/* Group g of row r (its K floats at x) quantized by one warp: xd = max|x| /
- * 127, xq = round(x / xd) (half away from zero, as the CPU's quant_x). */
-__device__ __forceinline__ void quant_group(const xquant &q, const float *x, int K, int r, int g, int lane)
+/* Four floats h, elements [e, e + 4) of row r (K a row), quantized; the
+ * G / 4 lanes holding a group's elements (consecutive lanes, consecutive
+ * elements) find its step together: xd = max|x| / 127, xq = round(x / xd)
+ * (half away from zero, as the CPU's quant_x). Every lane of the warp
+ * calls it; only `valid` ones write. */
+__device__ __forceinline__ void quant4(const xquant &q, float4 h, int r, int e, int K, bool valid)
 {
-    int G = q.G, ng = K / G;
-    const float *xg = x + (size_t)g * G;
-    float v[2] = {xg[lane], G > 32 ? xg[lane + 32] : 0.0f};
-    float mx = fmaxf(fabsf(v[0]), fabsf(v[1]));
-#pragma unroll
-    for (int o = 16; o; o >>= 1)
+    float v[4] = {h.x, h.y, h.z, h.w};
+    float mx = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+    for (int o = 1; o < q.G / 4; o <<= 1)
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     float inv = mx > 0 ? 127.0f / mx : 0.0f;
-    int8_t *dst = q.xq + (size_t)r * K + (size_t)g * G;
+    int8_t *dst = q.xq + (size_t)r * K;
     int sum = 0;
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        if (h && G <= 32)
-            break;
-        int v8 = (int)roundf(fminf(fmaxf(v[h] * inv, -127.0f), 127.0f)), k = lane + 32 * h;
+    for (int i = 0; i < 4; i++) {
+        int v8 = (int)roundf(fminf(fmaxf(v[i] * inv, -127.0f), 127.0f)), k = e + i;
         sum += v8;
-        dst[q.q4order ? (k & ~7) + (k & 1) * 4 + ((k & 7) >> 1) : k] = (int8_t)v8;
+        if (valid)
+            dst[q.q4order ? (k & ~7) + (k & 1) * 4 + ((k & 7) >> 1) : k] = (int8_t)v8;
     }
-#pragma unroll
-    for (int o = 16; o; o >>= 1)
+    for (int o = 1; o < q.G / 4; o <<= 1)
         sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (lane == 0) {
-        q.xd[(size_t)r * ng + g] = mx / 127.0f;
-        q.xs[(size_t)r * ng + g] = mx / 127.0f * (float)sum;
+    if (valid && e % q.G == 0) {
+        size_t g = (size_t)r * (K / q.G) + e / q.G;
+        q.xd[g] = mx / 127.0f;
+        q.xs[g] = mx / 127.0f * (float)sum;
     }
-}
-
-/* The block's output row (K floats, written by it) quantized as well. */
-__device__ __forceinline__ void quant_row(const xquant &q, const float *row, int K, int r)
-{
-    __syncthreads(); /* the row's writes are visible to the whole block */
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int g = warp; g < K / q.G; g += blockDim.x >> 5)
-        quant_group(q, row, K, r, g, lane);
 }
 
 __device__ __forceinline__ float act_fn(float x, int gelu)

@@ -13,117 +13,226 @@ __global__ void k_embed(float *out, wview table, int rows, const int *ids, int f
         out[(size_t)i * cols + c] = mine ? wview_at(table, (size_t)id, c) * scale : 0.0f;
 }
 
-/* One block per dim-long vector; with q.xq (vectors that are whole rows)
- * the output is also quantized for the q8/q4 GEMV that reads it. */
-__global__ void k_rmsnorm(float *out, const float *x, const void *w, int dt, int dim, float eps, int plus_one,
-                          xquant q)
+/* Norm kernels: one block per row of dim, the row in registers, V float4s
+ * a thread (element e = 4 * (thread + i * blockDim.x) of chunk i), so that
+ * every load of a row is in flight at once and the row is read once. */
+__device__ __forceinline__ int chunk_at(int i) { return 4 * (threadIdx.x + i * blockDim.x); }
+
+/* Elements [e, e + 4) of a row of dim floats at p, zero past its end. */
+__device__ __forceinline__ float4 load4(const float *p, int e, int dim)
 {
-    prefetch_norm(w, dt, dim);
+    if ((dim & 3) == 0 && e < dim)
+        return *(const float4 *)(p + e);
+    float v[4];
+    for (int i = 0; i < 4; i++)
+        v[i] = e + i < dim ? p[e + i] : 0.0f;
+    return make_float4(v[0], v[1], v[2], v[3]);
+}
+
+__device__ __forceinline__ void store4(float *p, int e, int dim, float4 v)
+{
+    if ((dim & 3) == 0 && e < dim) {
+        *(float4 *)(p + e) = v;
+        return;
+    }
+    float f[4] = {v.x, v.y, v.z, v.w};
+    for (int i = 0; i < 4; i++)
+        if (e + i < dim)
+            p[e + i] = f[i];
+}
+
+/* A norm weight's elements of this thread (no kernel writes weights: read
+ * before waiting on the previous kernel). */
+template <int V> __device__ __forceinline__ void load_norm(float4 (&w)[V], const void *p, int dt, int dim, int plus_one)
+{
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+        int e = chunk_at(i);
+        float f[4];
+        for (int k = 0; k < 4; k++)
+            f[k] = e + k < dim ? norm_w(p, dt, e + k, plus_one) : 0.0f;
+        w[i] = make_float4(f[0], f[1], f[2], f[3]);
+    }
+}
+
+template <int V> __device__ __forceinline__ float sum_squares(const float4 (&v)[V], int dim, float *red)
+{
+    float ss = 0;
+#pragma unroll
+    for (int i = 0; i < V; i++)
+        ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
+    return block_sum(ss, red);
+}
+
+__device__ __forceinline__ float4 scale4(float4 v, float r, float4 w)
+{
+    return make_float4(v.x * r * w.x, v.y * r * w.y, v.z * r * w.z, v.w * r * w.w);
+}
+
+/* Row `row` of out = rmsnorm(v) * w, also quantized with q.xq (whole rows
+ * only; the groups then divide dim) and in bf16 with ob (prefill). */
+template <int V>
+__device__ __forceinline__ void norm_store(const float4 (&v)[V], const float4 (&w)[V], float *out,
+                                           __nv_bfloat16 *ob, int row, int dim, float eps, float *red,
+                                           const xquant &q)
+{
+    float r = 1.0f / sqrtf(sum_squares(v, dim, red) / dim + eps);
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+        int e = chunk_at(i);
+        float4 h = scale4(v[i], r, w[i]);
+        store4(out + (size_t)row * dim, e, dim, h);
+        if (q.xq)
+            quant4(q, h, row, e, dim, e < dim);
+        float f[4] = {h.x, h.y, h.z, h.w};
+        for (int k = 0; ob && k < 4; k++)
+            if (e + k < dim)
+                ob[(size_t)row * dim + e + k] = __float2bfloat16_rn(f[k]);
+    }
+}
+
+/* One block per dim-long vector; with q.xq (vectors that are whole rows)
+ * the output is also quantized for the q8/q4 GEMV that reads it, with ob
+ * written in bf16 for the tensor cores. */
+template <int V>
+__global__ void __launch_bounds__(1024) k_rmsnorm(float *out, __nv_bfloat16 *ob, const float *x, const void *w,
+                                                  int dt, int dim, float eps, int plus_one, xquant q)
+{
+    float4 wv[V], v[V];
+    load_norm(wv, w, dt, dim, plus_one);
     pdl_trigger();
     pdl_wait();
     __shared__ float red[32];
-    const float *src = x + (size_t)blockIdx.x * dim;
-    float *dst = out + (size_t)blockIdx.x * dim;
-    float ss = 0;
-    for (int j = threadIdx.x; j < dim; j += blockDim.x)
-        ss += src[j] * src[j];
-    float r = 1.0f / sqrtf(block_sum(ss, red) / dim + eps);
-    for (int j = threadIdx.x; j < dim; j += blockDim.x)
-        dst[j] = src[j] * r * norm_w(w, dt, j, plus_one);
-    if (q.xq)
-        quant_row(q, dst, dim, blockIdx.x);
+#pragma unroll
+    for (int i = 0; i < V; i++)
+        v[i] = load4(x + (size_t)blockIdx.x * dim, chunk_at(i), dim);
+    norm_store(v, wv, out, ob, blockIdx.x, dim, eps, red, q);
 }
 
 /* A residual connection and the next norm, one block per row of dim:
  * y' = post ? rmsnorm(y, post) : y; x += y'; h = rmsnorm(x, next); h also
- * quantized with q.xq, as k_rmsnorm. */
-__global__ void k_residual_norm(float *__restrict__ x, float *__restrict__ h, const float *__restrict__ y,
-                                const void *post, int dt_post, const void *next, int dt_next, int dim, float eps,
-                                int plus_one, xquant q)
+ * quantized with q.xq or in bf16 with hb, as k_rmsnorm. */
+template <int V>
+__global__ void __launch_bounds__(1024)
+    k_residual_norm(float *__restrict__ x, float *__restrict__ h, __nv_bfloat16 *hb, const float *__restrict__ y,
+                    const void *post, int dt_post, const void *next, int dt_next, int dim, float eps, int plus_one,
+                    xquant q)
 {
-    prefetch_norm(post, dt_post, dim);
-    prefetch_norm(next, dt_next, dim);
+    float4 wp[V], wn[V], xv[V], yv[V];
+    if (post)
+        load_norm(wp, post, dt_post, dim, plus_one);
+    load_norm(wn, next, dt_next, dim, plus_one);
     pdl_trigger();
     pdl_wait();
     __shared__ float red[32];
     size_t row = (size_t)blockIdx.x * dim;
-    float *xr = x + row, *hr = h + row;
-    const float *yr = y + row;
-    float rp = 1;
-    if (post) {
-        float ss = 0;
-        for (int j = threadIdx.x; j < dim; j += blockDim.x)
-            ss += yr[j] * yr[j];
-        rp = 1.0f / sqrtf(block_sum(ss, red) / dim + eps);
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+        xv[i] = load4(x + row, chunk_at(i), dim);
+        yv[i] = load4(y + row, chunk_at(i), dim);
     }
-    float ss = 0;
-#pragma unroll 4
-    for (int j = threadIdx.x; j < dim; j += blockDim.x) {
-        float v = post ? yr[j] * rp * norm_w(post, dt_post, j, plus_one) : yr[j];
-        v += xr[j];
-        xr[j] = v;
-        ss += v * v;
+    float rp = post ? 1.0f / sqrtf(sum_squares(yv, dim, red) / dim + eps) : 1.0f;
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+        float4 d = post ? scale4(yv[i], rp, wp[i]) : yv[i];
+        xv[i] = make_float4(xv[i].x + d.x, xv[i].y + d.y, xv[i].z + d.z, xv[i].w + d.w);
+        store4(x + row, chunk_at(i), dim, xv[i]);
     }
-    float r = 1.0f / sqrtf(block_sum(ss, red) / dim + eps);
-    for (int j = threadIdx.x; j < dim; j += blockDim.x)
-        hr[j] = xr[j] * r * norm_w(next, dt_next, j, plus_one);
-    if (q.xq)
-        quant_row(q, hr, dim, blockIdx.x);
+    norm_store(xv, wn, h, hb, blockIdx.x, dim, eps, red, q);
 }
 
+/* n floats to bf16, eight a thread at a time (16-byte stores). */
 __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
 {
     pdl_trigger();
     pdl_wait();
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    size_t stride = (size_t)gridDim.x * blockDim.x, first = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    for (size_t i = first; i < n / 8; i += stride) {
+        float4 a = ((const float4 *)src)[2 * i], c = ((const float4 *)src)[2 * i + 1];
+        __nv_bfloat162 o[4] = {__floats2bfloat162_rn(a.x, a.y), __floats2bfloat162_rn(a.z, a.w),
+                               __floats2bfloat162_rn(c.x, c.y), __floats2bfloat162_rn(c.z, c.w)};
+        ((uint4 *)dst)[i] = *(const uint4 *)o;
+    }
+    for (size_t i = n / 8 * 8 + first; i < n; i += stride)
         dst[i] = __float2bfloat16_rn(src[i]);
 }
 
-/* Attention's inputs, one block per (head, row); heads [0, Hq) are q's,
- * [Hq, Hq + Hk) k's. Each head: RMSNorm over head_dim, rotate-half RoPE
- * (inv: the float32 inverse frequencies computed on the host as the CPU
- * backend does); q's heads back in place, k's to the cache with v's head
- * of the same number, both rounded to bf16 (the cache's precision).
- * blockDim: head_dim rounded up to 32. */
-__global__ void k_qk_prepare(float *q, const float *k, const float *v, const void *qn, int dt_q, const void *kn,
-                             int dt_k, __nv_bfloat16 *kc, __nv_bfloat16 *vc, const float *inv, int hd, int Hq,
-                             int Hk, int slots, const int *dpos, int pos0, float eps, int plus_one)
+/* Attention's inputs, one warp per (head, row), QK_WARPS heads a block;
+ * heads [0, Hq) are q's, [Hq, Hq + Hk) k's. Each head: RMSNorm over
+ * head_dim, rotate-half RoPE (inv: the float32 inverse frequencies computed
+ * on the host as the CPU backend does); q's heads back in place, k's to the
+ * cache with v's head of the same number, both rounded to bf16 (the
+ * cache's precision). Lane l holds elements l + 32 j. */
+enum { QK_WARPS = 4 };
+__global__ void __launch_bounds__(QK_WARPS * 32)
+    k_qk_prepare(float *q, const float *k, const float *v, const void *qn, int dt_q, const void *kn, int dt_k,
+                 __nv_bfloat16 *kc, __nv_bfloat16 *vc, const float *inv, int hd, int Hq, int Hk, int slots,
+                 const int *dpos, int pos0, float eps, int plus_one)
 {
-    prefetch_norm(blockIdx.x < Hq ? qn : kn, blockIdx.x < Hq ? dt_q : dt_k, hd);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, h = blockIdx.x * QK_WARPS + warp, i = blockIdx.y;
+    bool is_q = h < Hq;
+    const void *nw = is_q ? qn : kn;
+    int dt = is_q ? dt_q : dt_k;
+    if (h < Hq + Hk)
+        prefetch_norm(nw, dt, hd);
     pdl_trigger();
     pdl_wait();
-    extern __shared__ float normed[]; /* hd */
-    __shared__ float red[32];
-    int h = blockIdx.x, i = blockIdx.y, t = threadIdx.x;
-    bool is_q = h < Hq;
+    if (h >= Hq + Hk)
+        return;
+    extern __shared__ float normed[]; /* QK_WARPS x hd */
+    float *nv = normed + warp * hd;
     int hh = is_q ? h : h - Hq, cols = (is_q ? Hq : Hk) * hd;
     size_t at = (size_t)i * cols + (size_t)hh * hd;
-    float val = t < hd ? (is_q ? q : k)[at + t] : 0;
-    float r = 1.0f / sqrtf(block_sum(val * val, red) / hd + eps);
-    if (t < hd)
-        normed[t] = val * r * norm_w(is_q ? qn : kn, is_q ? dt_q : dt_k, t, plus_one);
-    __syncthreads();
-    if (t >= hd)
-        return;
-    int half = hd / 2, base = dpos ? *dpos : pos0;
-    float a = (float)(base + i) * inv[t < half ? t : t - half];
-    float c = cosf(a), sn = sinf(a);
-    float out = t < half ? normed[t] * c - normed[t + half] * sn : normed[t] * c + normed[t - half] * sn;
-    if (is_q) {
-        q[at + t] = out;
-        return;
+    const float *src = (is_q ? q : k) + at;
+    float ss = 0;
+#pragma unroll 4
+    for (int t = lane; t < hd; t += 32) {
+        float x = src[t];
+        nv[t] = x;
+        ss += x * x;
     }
-    size_t slot = (size_t)((base + i) % slots) * cols + (size_t)hh * hd + t;
-    kc[slot] = __float2bfloat16_rn(out);
-    vc[slot] = __float2bfloat16_rn(v[at + t]);
+    float r = 1.0f / sqrtf(warp_sum(ss) / hd + eps);
+    for (int t = lane; t < hd; t += 32)
+        nv[t] *= r * norm_w(nw, dt, t, plus_one);
+    __syncwarp();
+    int half = hd / 2, base = dpos ? *dpos : pos0;
+    size_t slot = (size_t)((base + i) % slots) * cols + (size_t)hh * hd;
+    for (int t = lane; t < hd; t += 32) {
+        float c, sn;
+        sincosf((float)(base + i) * inv[t < half ? t : t - half], &sn, &c);
+        float out = t < half ? nv[t] * c - nv[t + half] * sn : nv[t] * c + nv[t - half] * sn;
+        if (is_q) {
+            q[at + t] = out;
+        } else {
+            kc[slot + t] = __float2bfloat16_rn(out);
+            vc[slot + t] = __float2bfloat16_rn(v[at + t]);
+        }
+    }
 }
 
-__global__ void k_gated_act(float *g, const float *u, size_t n, int gelu)
+/* g = act(g) * u over n floats, four a thread; with gb (prefill) the
+ * result also in bf16 for the next product. */
+__global__ void k_gated_act(float *g, const float *u, __nv_bfloat16 *gb, size_t n, int gelu)
 {
     pdl_trigger();
     pdl_wait();
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    size_t stride = (size_t)gridDim.x * blockDim.x, first = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    size_t n4 = ((uintptr_t)g | (uintptr_t)u | (uintptr_t)gb) % 16 == 0 ? n / 4 : 0; /* row slices: any offset */
+    for (size_t i = first; i < n4; i += stride) {
+        float4 a = ((const float4 *)g)[i], b = ((const float4 *)u)[i];
+        a = make_float4(act_fn(a.x, gelu) * b.x, act_fn(a.y, gelu) * b.y, act_fn(a.z, gelu) * b.z,
+                        act_fn(a.w, gelu) * b.w);
+        ((float4 *)g)[i] = a;
+        if (gb) {
+            __nv_bfloat162 o[2] = {__floats2bfloat162_rn(a.x, a.y), __floats2bfloat162_rn(a.z, a.w)};
+            ((uint2 *)gb)[i] = *(const uint2 *)o;
+        }
+    }
+    for (size_t i = n4 * 4 + first; i < n; i += stride) {
         g[i] = act_fn(g[i], gelu) * u[i];
+        if (gb)
+            gb[i] = __float2bfloat16_rn(g[i]);
+    }
 }
 
 __global__ void k_softcap(float *x, size_t n, float cap)

@@ -104,9 +104,11 @@ static void check_matmul(pair *p)
 {
     const lmx_dtype dts[] = {LMX_DT_BF16, LMX_DT_F16, LMX_DT_F32};
     const int rows[] = {1, 3, 8, 9, 64};
-    const int Ks[][2] = {{4096, 1000}, {1000, 515}, {12, 7}}; /* {K, N}: vector path, odd K, tiny */
+    /* {K, N}: vector path, odd K, tiny; one-row GEMVs split K over 4, 2 and
+     * 1 warps a weight row for 1000, 3001 and 5003 rows on the H200 */
+    const int Ks[][2] = {{4096, 1000}, {1000, 515}, {12, 7}, {1024, 3001}, {1024, 5003}};
     for (int d = 0; d < 3; d++)
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < 5; k++) {
             int K = Ks[k][0], N = Ks[k][1];
             both w = input(p, N, K, dts[d], 0.05f), x = input(p, 64, K, LMX_DT_F32, 1.0f), o = output(p, 64, N);
             for (int r = 0; r < 5; r++) {
@@ -169,10 +171,12 @@ static void check_fused_matmuls(pair *p)
 }
 
 /* rmsnorm (both styles, per head), residual_norm (with and without a
- * norm of y first), softcap, embed, copy_rows. */
-static void check_elementwise(pair *p)
+ * norm of y first), softcap, embed, copy_rows; rows of D elements: the
+ * norms' vector path (D a multiple of 4), their scalar one, and rows
+ * longer than 8192 (more of a row a thread). */
+static void check_elementwise(pair *p, int D, int hd)
 {
-    const int n = 5, D = 2048, hd = 128;
+    const int n = 5;
     both x = input(p, n, D, LMX_DT_F32, 3.0f), w = input(p, 1, D, LMX_DT_BF16, 1.0f);
     both wh = input(p, 1, hd, LMX_DT_F32, 1.0f), o = output(p, n, D), u = input(p, n, D, LMX_DT_F32, 2.0f);
     both w2 = input(p, 1, D, LMX_DT_F32, 1.0f), h = output(p, n, D);
@@ -184,6 +188,7 @@ static void check_elementwise(pair *p)
     p->cpu->ops->rmsnorm(p->cpu, o.c, x.c, wh.c, n, 1e-6f, 0);
     p->gpu->ops->rmsnorm(p->gpu, o.g, x.g, wh.g, n, 1e-6f, 0);
     same(p, &o, n, 1e-5f, "rmsnorm per head");
+    printf("norms of %d elements (heads of %d) checked\n", D, hd);
     for (int post = 0; post < 2; post++) {
         /* y = o (scratch afterwards), x = u: both rewritten on both sides alike */
         p->cpu->ops->residual_norm(p->cpu, u.c, h.c, o.c, post ? w2.c : NULL, w.c, n, 1e-6f, post);
@@ -254,6 +259,27 @@ static void check_quantized(pair *p, int bits)
         snprintf(what, sizeof what, "q%d gated_mlp rows %d", bits, rows[r]);
         same(p, &o[0], rows[r], 1e-2f, what);
     }
+    /* decode rows from a norm: the GEMV takes x as the norm quantized it */
+    both nw = input(p, 1, K, LMX_DT_F32, 1.0f), h = output(p, 8, K), u = activations(p, 8, K, 1.0f);
+    for (int r = 0; r < 3; r++) {
+        for (int residual = 0; residual < 2; residual++) {
+            if (residual) { /* u += x, h = norm(u) */
+                p->cpu->ops->residual_norm(p->cpu, u.c, h.c, x.c, NULL, nw.c, rows[r], 1e-6f, 0);
+                p->gpu->ops->residual_norm(p->gpu, u.g, h.g, x.g, NULL, nw.g, rows[r], 1e-6f, 0);
+            } else {
+                p->cpu->ops->rmsnorm(p->cpu, h.c, x.c, nw.c, rows[r], 1e-6f, 0);
+                p->gpu->ops->rmsnorm(p->gpu, h.g, x.g, nw.g, rows[r], 1e-6f, 0);
+            }
+            p->cpu->ops->matmul(p->cpu, o[0].c, h.c, w[0].c, rows[r]);
+            p->gpu->ops->matmul(p->gpu, o[0].g, h.g, w[0].g, rows[r]);
+            snprintf(what, sizeof what, "q%d matmul of a %s rows %d", bits, residual ? "residual_norm" : "rmsnorm",
+                     rows[r]);
+            same(p, &o[0], rows[r], 1e-2f, what);
+        }
+    }
+    drop(p, &nw);
+    drop(p, &h);
+    drop(p, &u);
     const int32_t ids[5] = {4, 0, 511, 1, 2};
     p->cpu->ops->embed(p->cpu, e.c, w[0].c, ids, 5, 1.5f, 1); /* rows of the quantized table; id 0: zero */
     p->gpu->ops->embed(p->gpu, e.g, w[0].g, ids, 5, 1.5f, 1);
@@ -578,7 +604,9 @@ int main(void)
     if (p.cpu && p.gpu) {
         check_matmul(&p);
         check_fused_matmuls(&p);
-        check_elementwise(&p);
+        check_elementwise(&p, 2048, 128);
+        check_elementwise(&p, 1001, 7);
+        check_elementwise(&p, 12000, 96);
         check_attention(&p);
     }
     if (p.gpu)
