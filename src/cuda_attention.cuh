@@ -72,83 +72,101 @@ template <int HD> __device__ __forceinline__ void acc_init(attn_acc<HD> &a)
     a.l[0] = a.l[1] = 0;
 }
 
-/* One tile of NK keys (t0, t0 + 1, ...) for a warp's 16 queries, all in
- * shared memory as bf16 with a row pitch of ld elements: Q [16][hd],
- * K and V [NK][hd]. S = Q.K^T on the tensor cores (fragments by ldmatrix),
- * scale, softcap, the mask (lane's row r sees keys lo[r] .. hi[r]), online
- * softmax in registers, O += P.V (V's fragments by ldmatrix.trans). HD is
- * the compile-time maximum of hd, a multiple of 16. */
-template <int HD, int NK>
-__device__ __forceinline__ void attn_tile(attn_acc<HD> &a, const bf16 *Qs, const bf16 *Ks, const bf16 *Vs, int ld,
-                                          int hd, int t0, const int *lo, const int *hi, float scale, float softcap)
+/* One tile of NK keys (t0, t0 + 1, ...) for a warp's MT x 16 queries (a[m]:
+ * rows 16m .. 16m + 15), all in shared memory as bf16 with a row pitch of
+ * ld elements: Q [16 MT][hd], K and V [NK][hd]. S = Q.K^T on the tensor
+ * cores (fragments by ldmatrix; each K and V fragment serves all MT row
+ * tiles, so shared-memory reads per product fall with MT), scale,
+ * softcap, the mask (tile m's lane row r sees keys lo[m][r] .. hi[m][r]),
+ * online softmax in registers, O += P.V (V's fragments by
+ * ldmatrix.trans). HD is the compile-time maximum of hd, a multiple of 16. */
+template <int HD, int NK, int MT>
+__device__ __forceinline__ void attn_tile(attn_acc<HD> *a, const bf16 *Qs, const bf16 *Ks, const bf16 *Vs, int ld,
+                                          int hd, int t0, const int (*lo)[2], const int (*hi)[2], float scale,
+                                          float softcap)
 {
     int lane = threadIdx.x & 31, tg = lane & 3, lr = lane & 7, mi = lane >> 3;
-    float s[NK / 8][4];
+    float s[MT][NK / 8][4];
 #pragma unroll
-    for (int n = 0; n < NK / 8; n++)
-        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0;
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int n = 0; n < NK / 8; n++)
+            s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0;
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) {
         if (kk * 16 >= hd)
             break;
-        /* Q's A fragment: matrices (rows 0-7 | 8-15) x (columns 0-7 | 8-15) */
-        unsigned qa[4];
-        ldsm_x4(qa, Qs + (lr + (mi & 1) * 8) * ld + kk * 16 + (mi >> 1) * 8);
+        /* Q's A fragments: matrices (rows 0-7 | 8-15) x (columns 0-7 | 8-15) */
+        unsigned qa[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+            ldsm_x4(qa[m], Qs + (16 * m + lr + (mi & 1) * 8) * ld + kk * 16 + (mi >> 1) * 8);
 #pragma unroll
         for (int n = 0; n < NK / 16; n++) {
             /* K rows are S's columns: b[0..1] for keys 16n..+7, b[2..3] for the next 8 */
             unsigned b[4];
             ldsm_x4(b, Ks + (16 * n + lr + (mi >> 1) * 8) * ld + kk * 16 + (mi & 1) * 8);
-            mma_bf16(s[2 * n], qa, b);
-            mma_bf16(s[2 * n + 1], qa, b + 2);
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                mma_bf16(s[m][2 * n], qa[m], b);
+                mma_bf16(s[m][2 * n + 1], qa[m], b + 2);
+            }
         }
     }
-    float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int n = 0; n < NK / 8; n++)
+    for (int m = 0; m < MT; m++) {
+        float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            int r = e >> 1, t = t0 + n * 8 + tg * 2 + (e & 1);
-            float v = s[n][e] * scale;
-            if (softcap > 0)
-                v = softcap * tanhf(v / softcap);
-            if (t < lo[r] || t > hi[r])
-                v = -INFINITY;
-            s[n][e] = v;
-            mx[r] = fmaxf(mx[r], v);
-        }
-    float corr[2];
+        for (int n = 0; n < NK / 8; n++)
 #pragma unroll
-    for (int r = 0; r < 2; r++) { /* the four lanes of a row hold its keys */
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        float mn = fmaxf(a.m[r], mx[r]);
-        corr[r] = mn == -INFINITY ? 1.0f : __expf(a.m[r] - mn);
-        a.m[r] = mn;
-        a.l[r] *= corr[r];
-    }
+            for (int e = 0; e < 4; e++) {
+                int r = e >> 1, t = t0 + n * 8 + tg * 2 + (e & 1);
+                float v = s[m][n][e] * scale;
+                if (softcap > 0)
+                    v = softcap * tanhf(v / softcap);
+                if (t < lo[m][r] || t > hi[m][r])
+                    v = -INFINITY;
+                s[m][n][e] = v;
+                mx[r] = fmaxf(mx[r], v);
+            }
+        float corr[2];
 #pragma unroll
-    for (int n = 0; n < NK / 8; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            int r = e >> 1;
-            float p = s[n][e] == -INFINITY ? 0.0f : __expf(s[n][e] - a.m[r]);
-            s[n][e] = p;
-            a.l[r] += p;
+        for (int r = 0; r < 2; r++) { /* the four lanes of a row hold its keys */
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            float mn = fmaxf(a[m].m[r], mx[r]);
+            corr[r] = mn == -INFINITY ? 1.0f : __expf(a[m].m[r] - mn);
+            a[m].m[r] = mn;
+            a[m].l[r] *= corr[r];
         }
 #pragma unroll
-    for (int j = 0; j < HD / 8; j++) {
-        a.o[j][0] *= corr[0];
-        a.o[j][1] *= corr[0];
-        a.o[j][2] *= corr[1];
-        a.o[j][3] *= corr[1];
+        for (int n = 0; n < NK / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int r = e >> 1;
+                float p = s[m][n][e] == -INFINITY ? 0.0f : __expf(s[m][n][e] - a[m].m[r]);
+                s[m][n][e] = p;
+                a[m].l[r] += p;
+            }
+#pragma unroll
+        for (int j = 0; j < HD / 8; j++) {
+            a[m].o[j][0] *= corr[0];
+            a[m].o[j][1] *= corr[0];
+            a[m].o[j][2] *= corr[1];
+            a[m].o[j][3] *= corr[1];
+        }
     }
 #pragma unroll
     for (int ks = 0; ks < NK / 16; ks++) {
-        /* P's A fragment is S's accumulator layout of two key octets */
-        unsigned pa[4] = {pack_bf16(s[2 * ks][0], s[2 * ks][1]), pack_bf16(s[2 * ks][2], s[2 * ks][3]),
-                          pack_bf16(s[2 * ks + 1][0], s[2 * ks + 1][1]),
-                          pack_bf16(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+        /* P's A fragments are S's accumulator layout of two key octets */
+        unsigned pa[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            pa[m][0] = pack_bf16(s[m][2 * ks][0], s[m][2 * ks][1]);
+            pa[m][1] = pack_bf16(s[m][2 * ks][2], s[m][2 * ks][3]);
+            pa[m][2] = pack_bf16(s[m][2 * ks + 1][0], s[m][2 * ks + 1][1]);
+            pa[m][3] = pack_bf16(s[m][2 * ks + 1][2], s[m][2 * ks + 1][3]);
+        }
 #pragma unroll
         for (int d = 0; d < HD / 16; d++) {
             if (d * 16 >= hd)
@@ -156,8 +174,11 @@ __device__ __forceinline__ void attn_tile(attn_acc<HD> &a, const bf16 *Qs, const
             /* V [key][dim] is B row-major: transposed loads, (keys 0-7 | 8-15) x (dims 0-7 | 8-15) */
             unsigned b[4];
             ldsm_x4_trans(b, Vs + (16 * ks + lr + (mi & 1) * 8) * ld + d * 16 + (mi >> 1) * 8);
-            mma_bf16(a.o[2 * d], pa, b);
-            mma_bf16(a.o[2 * d + 1], pa, b + 2);
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                mma_bf16(a[m].o[2 * d], pa[m], b);
+                mma_bf16(a[m].o[2 * d + 1], pa[m], b + 2);
+            }
         }
     }
 }
@@ -270,7 +291,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
             cp_async_wait<0>();
         }
         __syncwarp(); /* the chunk's copies by every lane are visible */
-        attn_tile<HD, DEC_KEYS>(a, Qs, Kb, Kb + DEC_KEYS * LD, LD, hd, lo + c * DEC_KEYS, lo_r, hi_r, scale,
+        attn_tile<HD, DEC_KEYS, 1>(&a, Qs, Kb, Kb + DEC_KEYS * LD, LD, hd, lo + c * DEC_KEYS, &lo_r, &hi_r, scale,
                                 softcap);
         __syncwarp(); /* before the buffer is refilled */
     }
@@ -382,12 +403,27 @@ __global__ void __launch_bounds__(MERGE_THREADS) k_attn_merge(float *out, const 
 
 /* Prefill, tensor cores ----------------------------------------------------- */
 
-/* Flash-attention block shape by head size: 8 warps of 16 queries and
- * 64-key tiles up to head_dim 128; at 256, where a lane's share of the
- * output rows alone takes 128 registers, 4 warps and 32-key tiles (two
- * blocks a multiprocessor either way). */
+#ifndef LMX_FA_MIN_BLOCKS
+#define LMX_FA_MIN_BLOCKS 2
+#endif
+#ifndef LMX_FA_KEYS
+#define LMX_FA_KEYS 64
+#endif
+#ifndef LMX_FA_WARPS
+#define LMX_FA_WARPS 4
+#endif
+#ifndef LMX_FA_MT
+#define LMX_FA_MT 2
+#endif
+
+/* Flash-attention block shape by head size: 4 warps of MT x 16 queries
+ * and K-key tiles. Up to head_dim 128 each warp takes 32 queries (every K
+ * and V fragment read from shared memory serves two row tiles: shared
+ * memory, not the tensor cores, bounded the 16-query version); at 256,
+ * where a lane's share of 16 output rows alone takes 128 registers, 16
+ * queries and 32-key tiles. Two blocks a multiprocessor. */
 template <int HD> struct fa_shape {
-    enum { WARPS = HD > 128 ? 4 : 8, Q = 16 * WARPS, K = HD > 128 ? 32 : 64 };
+    enum { WARPS = HD > 128 ? 4 : LMX_FA_WARPS, MT = HD > 128 ? 1 : LMX_FA_MT, Q = 16 * MT * WARPS, K = HD > 128 ? 32 : LMX_FA_KEYS };
 };
 
 /* Shared memory of k_attn_fa: Q [Q][HD + 8], then two stages of K and V
@@ -395,14 +431,11 @@ template <int HD> struct fa_shape {
 template <int HD> size_t fa_shm() { return (size_t)(fa_shape<HD>::Q + 4 * fa_shape<HD>::K) * (HD + 8) * 2; }
 
 /* Prefill attention on the tensor cores (flash-attention style): one block
- * per (head, fa_shape::Q queries), longest blocks first; each warp 16
+ * per (head, fa_shape::Q queries), longest blocks first; each warp MT x 16
  * queries. K/V tiles stream into shared memory by asynchronous copies, the
  * next tile in flight while the current one is computed (attn_tile: Q, K,
  * P, V in bf16, float32 accumulation). Warps whose queries see none of a
  * tile's keys (causal, window) skip it. */
-#ifndef LMX_FA_MIN_BLOCKS
-#define LMX_FA_MIN_BLOCKS 2
-#endif
 template <int HD>
 __global__ void __launch_bounds__(fa_shape<HD>::WARPS * 32, LMX_FA_MIN_BLOCKS)
     k_attn_fa(float *out, const float *q, const bf16 *kc, const bf16 *vc, int slots, int H, int KVH, int window,
@@ -410,11 +443,11 @@ __global__ void __launch_bounds__(fa_shape<HD>::WARPS * 32, LMX_FA_MIN_BLOCKS)
 {
     pdl_trigger();
     pdl_wait();
-    constexpr int LD = HD + 8, FA_Q = fa_shape<HD>::Q, FA_K = fa_shape<HD>::K;
+    constexpr int LD = HD + 8, FA_Q = fa_shape<HD>::Q, FA_K = fa_shape<HD>::K, MT = fa_shape<HD>::MT;
     extern __shared__ __align__(16) bf16 fsh[];
     bf16 *Qs = fsh, *KV = Qs + FA_Q * LD; /* stage b: K at KV + 2b FA_K LD, V after */
     int h = blockIdx.x, r0 = (gridDim.y - 1 - blockIdx.y) * FA_Q, nr = min(FA_Q, n_rows - r0);
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3, w0 = warp * 16 * MT;
     int base = (dpos ? *dpos : pos0) + r0, last = base + nr - 1;
     int lo = window > 0 && base - window + 1 > 0 ? base - window + 1 : 0;
     int kvh = h / (H / KVH), ntiles = (last - lo) / FA_K + 1;
@@ -425,14 +458,17 @@ __global__ void __launch_bounds__(fa_shape<HD>::WARPS * 32, LMX_FA_MIN_BLOCKS)
         int r = i / (HD / 4), c = i % (HD / 4) * 4;
         stage_q4(Qs + r * LD + c, q + ((size_t)(r0 + min(r, nr - 1)) * H + h) * HD + c, r < nr);
     }
-    attn_acc<HD> a;
-    acc_init(a);
-    int lo_r[2], hi_r[2];
-    for (int r = 0; r < 2; r++) {
-        hi_r[r] = base + warp * 16 + g + 8 * r;
-        lo_r[r] = window > 0 && hi_r[r] - window + 1 > 0 ? hi_r[r] - window + 1 : 0;
+    attn_acc<HD> a[MT];
+    int lo_r[MT][2], hi_r[MT][2];
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+        acc_init(a[m]);
+        for (int r = 0; r < 2; r++) {
+            hi_r[m][r] = base + w0 + 16 * m + g + 8 * r;
+            lo_r[m][r] = window > 0 && hi_r[m][r] - window + 1 > 0 ? hi_r[m][r] - window + 1 : 0;
+        }
     }
-    int wfirst = base + warp * 16, wlast = min(wfirst + 15, last);
+    int wfirst = base + w0, wlast = min(wfirst + 16 * MT - 1, last);
     int wlo = window > 0 && wfirst - window + 1 > 0 ? wfirst - window + 1 : 0;
     for (int j = 0; j < ntiles; j++) {
         if (j + 1 < ntiles) {
@@ -446,22 +482,25 @@ __global__ void __launch_bounds__(fa_shape<HD>::WARPS * 32, LMX_FA_MIN_BLOCKS)
         __syncthreads(); /* tile j (and Qs) visible to every warp */
         int t0 = lo + j * FA_K;
         const bf16 *Kb = KV + (j & 1) * 2 * FA_K * LD;
-        if (warp * 16 < nr && t0 <= wlast && t0 + FA_K - 1 >= wlo)
-            attn_tile<HD, FA_K>(a, Qs + warp * 16 * LD, Kb, Kb + FA_K * LD, LD, HD, t0, lo_r, hi_r, scale, softcap);
+        if (w0 < nr && t0 <= wlast && t0 + FA_K - 1 >= wlo)
+            attn_tile<HD, FA_K, MT>(a, Qs + w0 * LD, Kb, Kb + FA_K * LD, LD, HD, t0, lo_r, hi_r, scale, softcap);
         __syncthreads(); /* tile j consumed before its stage is refilled */
     }
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        a.l[r] += __shfl_xor_sync(0xffffffffu, a.l[r], 1);
-        a.l[r] += __shfl_xor_sync(0xffffffffu, a.l[r], 2);
-        int row = warp * 16 + g + 8 * r;
-        if (row >= nr)
-            continue;
-        float *dst = out + ((size_t)(r0 + row) * H + h) * HD + tg * 2;
+    for (int m = 0; m < MT; m++)
 #pragma unroll
-        for (int d = 0; d < HD / 8; d++)
-            *(float2 *)(dst + d * 8) = make_float2(a.o[d][2 * r] / a.l[r], a.o[d][2 * r + 1] / a.l[r]);
-    }
+        for (int r = 0; r < 2; r++) {
+            float l = a[m].l[r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            int row = w0 + 16 * m + g + 8 * r;
+            if (row >= nr)
+                continue;
+            float *dst = out + ((size_t)(r0 + row) * H + h) * HD + tg * 2;
+#pragma unroll
+            for (int d = 0; d < HD / 8; d++)
+                *(float2 *)(dst + d * 8) = make_float2(a[m].o[d][2 * r] / l, a[m].o[d][2 * r + 1] / l);
+        }
 }
 
 /* Prefill, SIMT ----------------------------------------------------------- */
