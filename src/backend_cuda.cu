@@ -876,7 +876,8 @@ void flash_attention(cuda_backend *b, lmx_tensor *out, const lmx_tensor *q, cons
 {
     constexpr int Q = fa_shape<HD>::Q;
     dim3 grid(p->n_heads, (p->n_rows + Q - 1) / Q);
-    launch(b, k_attn_fa<HD>, grid, fa_shape<HD>::WARPS * 32, fa_shm<HD>(), f32(out), f32(q), kc, vc, slots,
+    bf16 *ob = bf16_copy(b, out, p->n_rows); /* for the o projection */
+    launch(b, k_attn_fa<HD>, grid, fa_shape<HD>::WARPS * 32, fa_shm<HD>(), f32(out), ob, f32(q), kc, vc, slots,
            p->n_heads, p->n_kv_heads, p->window, p->scale, p->softcap, dpos, p->pos0, p->n_rows);
     launched(b, "attention (flash)");
 }
