@@ -404,12 +404,23 @@ lmx_tensor *cuda_alloc_cache(lmx_backend *be, int rows, int cols, lmx_error *err
     return alloc_zeroed(be, rows, cols, LMX_DT_BF16, "KV cache", err);
 }
 
+/* t changes (or goes): the copies of it that ops keep (a norm's quantized
+ * output, xbf) no longer hold. */
+void wrote(cuda_backend *b, const lmx_tensor *t)
+{
+    if (t == b->hq_of)
+        b->hq_of = NULL;
+    if (t == b->xbf_of)
+        b->xbf_of = NULL;
+}
+
 void cuda_free(lmx_backend *be, lmx_tensor *t)
 {
     if (!t)
         return;
     pthread_mutex_lock(&cu(be)->lock);
     drop_graphs(cu(be));
+    wrote(cu(be), t); /* a later tensor may get its address */
     pthread_mutex_unlock(&cu(be)->lock);
     cudaSetDevice(cu(be)->device);
     cudaFree(t->data);
@@ -442,13 +453,6 @@ xquant norm_quant(cuda_backend *b, const lmx_tensor *out, int n_rows, int whole_
     return q;
 }
 
-void wrote(cuda_backend *b, const lmx_tensor *t)
-{
-    if (t == b->hq_of)
-        b->hq_of = NULL;
-    if (t == b->xbf_of)
-        b->xbf_of = NULL;
-}
 
 /* Prefill: an op writing n_rows of t also writes them in bf16 to xbf, the
  * tensor-core products' input, so that a product reading t next converts

@@ -353,7 +353,7 @@ __global__ void __launch_bounds__(MERGE_THREADS) k_attn_merge(float *out, const 
 {
     pdl_trigger();
     pdl_wait();
-    extern __shared__ float msh[];
+    extern __shared__ __align__(16) float msh[];
     float *sums = msh, *red = sums + 4 * MERGE_THREADS, *wt = red + 32;
     int lo, ns = dec_active(dpos ? *dpos : pos0, n_rows, window, nsplit, &lo);
     if (ns == 1) /* k_attn_dec wrote the output */
