@@ -524,31 +524,18 @@ void cuda_rmsnorm(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, const l
     launched(b, "rmsnorm");
 }
 
-/* Most warps a weight row gets (bench/RESULTS.md: 1 is one warp a row). */
-#ifndef LMX_GEMV_KSPLIT
-#define LMX_GEMV_KSPLIT 4
-#endif
-
 template <typename F, bool GATED> void gemv_launch(cuda_backend *b, const gemv_set &s, const xin &x, int nr, int gelu)
 {
-    int rows = s.end[GATED ? 0 : s.n - 1], th = GEMV_WARPS * 32, ks = 1;
-    /* one row of x (decode): as many warps a row as keep every
-     * multiprocessor full (64 warps each) in one wave */
-    while (nr <= 1 && ks < LMX_GEMV_KSPLIT && (size_t)rows * ks * 2 <= (size_t)b->sms * 64)
-        ks *= 2;
-    unsigned grid = (unsigned)((rows + GEMV_WARPS / ks - 1) / (GEMV_WARPS / ks));
-    if (ks == 4)
-        launch(b, k_gemv<F, 1, GATED, 4>, grid, th, 0, s, x, nr, gelu);
-    else if (ks == 2)
-        launch(b, k_gemv<F, 1, GATED, 2>, grid, th, 0, s, x, nr, gelu);
-    else if (nr <= 1)
-        launch(b, k_gemv<F, 1, GATED, 1>, grid, th, 0, s, x, nr, gelu);
+    unsigned grid = (unsigned)((s.end[GATED ? 0 : s.n - 1] + GEMV_WARPS - 1) / GEMV_WARPS);
+    int th = GEMV_WARPS * 32;
+    if (nr <= 1)
+        launch(b, k_gemv<F, 1, GATED>, grid, th, 0, s, x, nr, gelu);
     else if (nr <= 2)
-        launch(b, k_gemv<F, 2, GATED, 1>, grid, th, 0, s, x, nr, gelu);
+        launch(b, k_gemv<F, 2, GATED>, grid, th, 0, s, x, nr, gelu);
     else if (nr <= 4)
-        launch(b, k_gemv<F, 4, GATED, 1>, grid, th, 0, s, x, nr, gelu);
+        launch(b, k_gemv<F, 4, GATED>, grid, th, 0, s, x, nr, gelu);
     else
-        launch(b, k_gemv<F, 8, GATED, 1>, grid, th, 0, s, x, nr, gelu);
+        launch(b, k_gemv<F, 8, GATED>, grid, th, 0, s, x, nr, gelu);
 }
 
 template <typename F> void gemv_gated(cuda_backend *b, const gemv_set &s, const xin &x, int nr, bool gated, int gelu)
@@ -799,7 +786,7 @@ void cuda_qk_prepare(lmx_backend *be, lmx_tensor *q, lmx_tensor *k, const lmx_te
         return;
     wrote(b, q);
     wrote(b, k);
-    if (head_dim % 2 || head_dim > 1024 || q_norm->cols != head_dim || k_norm->cols != head_dim ||
+    if (head_dim % 2 || head_dim > 32 * QK_MAX || q_norm->cols != head_dim || k_norm->cols != head_dim ||
         k->cols != v->cols || kc->cols != k->cols || vc->cols != k->cols || kc->dtype != LMX_DT_BF16 ||
         vc->dtype != LMX_DT_BF16) {
         fail(b, LMX_ERR_INTERNAL, "cuda: qk_prepare of head_dim %d, norms of %d and %d", head_dim, q_norm->cols,

@@ -6,12 +6,6 @@
 
 typedef __nv_bfloat16 bf16;
 
-__device__ __forceinline__ unsigned pack_bf16(float lo, float hi)
-{
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* lo in the low half */
-    return *(unsigned *)&v;
-}
-
 /* c += a . b on the tensor cores: a 16x16 bf16 (row), b 16x8 bf16 (col). */
 __device__ __forceinline__ void mma_bf16(float *c, const unsigned *a, const unsigned *b)
 {
@@ -403,27 +397,16 @@ __global__ void __launch_bounds__(MERGE_THREADS) k_attn_merge(float *out, const 
 
 /* Prefill, tensor cores ----------------------------------------------------- */
 
-#ifndef LMX_FA_MIN_BLOCKS
-#define LMX_FA_MIN_BLOCKS 2
-#endif
-#ifndef LMX_FA_KEYS
-#define LMX_FA_KEYS 64
-#endif
-#ifndef LMX_FA_WARPS
-#define LMX_FA_WARPS 4
-#endif
-#ifndef LMX_FA_MT
-#define LMX_FA_MT 2
-#endif
 
 /* Flash-attention block shape by head size: 4 warps of MT x 16 queries
- * and K-key tiles. Up to head_dim 128 each warp takes 32 queries (every K
- * and V fragment read from shared memory serves two row tiles: shared
- * memory, not the tensor cores, bounded the 16-query version); at 256,
+ * and K-key tiles, two blocks a multiprocessor. Up to head_dim 128 each
+ * warp takes 32 queries and 64-key tiles (255 registers, no spills; 8
+ * warps of 16 queries, capped at 128 registers, prefilled 4096 tokens
+ * 1.5% (Qwen3-8B) and 3% (Qwen3-0.6B) slower, bench/RESULTS.md); at 256,
  * where a lane's share of 16 output rows alone takes 128 registers, 16
- * queries and 32-key tiles. Two blocks a multiprocessor. */
+ * queries and 32-key tiles. */
 template <int HD> struct fa_shape {
-    enum { WARPS = HD > 128 ? 4 : LMX_FA_WARPS, MT = HD > 128 ? 1 : LMX_FA_MT, Q = 16 * MT * WARPS, K = HD > 128 ? 32 : LMX_FA_KEYS };
+    enum { WARPS = 4, MT = HD > 128 ? 1 : 2, Q = 16 * MT * WARPS, K = HD > 128 ? 32 : 64 };
 };
 
 /* Shared memory of k_attn_fa: Q [Q][HD + 8], then two stages of K and V
@@ -437,7 +420,7 @@ template <int HD> size_t fa_shm() { return (size_t)(fa_shape<HD>::Q + 4 * fa_sha
  * P, V in bf16, float32 accumulation). Warps whose queries see none of a
  * tile's keys (causal, window) skip it. The output also in bf16 with ob. */
 template <int HD>
-__global__ void __launch_bounds__(fa_shape<HD>::WARPS * 32, LMX_FA_MIN_BLOCKS)
+__global__ void __launch_bounds__(fa_shape<HD>::WARPS * 32, 2)
     k_attn_fa(float *out, bf16 *ob, const float *q, const bf16 *kc, const bf16 *vc, int slots, int H, int KVH,
               int window, float scale, float softcap, const int *dpos, int pos0, int n_rows)
 {

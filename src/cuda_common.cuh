@@ -85,13 +85,11 @@ template <bool MAX> __device__ float block_reduce(float v, float *red)
 }
 __device__ float block_sum(float v, float *red) { return block_reduce<false>(v, red); }
 
-/* Pulls a norm weight (dim elements of dtype dt) toward L2 while the
- * previous kernel finishes: only for data no kernel writes. */
-__device__ __forceinline__ void prefetch_norm(const void *w, int dt, int dim)
+/* Two floats as a pair of bf16, lo in the low half. */
+__device__ __forceinline__ unsigned pack_bf16(float lo, float hi)
 {
-    size_t bytes = (size_t)dim * (dt == LMX_DT_F32 ? 4 : 2);
-    for (size_t o = (size_t)threadIdx.x * 128; w && o < bytes; o += (size_t)blockDim.x * 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)w + o));
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(unsigned *)&v;
 }
 
 __device__ __forceinline__ float norm_w(const void *w, int dt, int j, int plus_one)

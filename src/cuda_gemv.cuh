@@ -138,18 +138,15 @@ template <int BITS> struct fmt_quant {
     }
 };
 
-/* acc[m][r] += this lane's share of x[r, :] . wr[m] over chunks [c0, c0 +
- * nv) for r < nr, m < M weight rows: GEMV_UNROLL 16-byte loads per lane
- * and row in flight while the previous batch is summed, weights streamed
- * past L1 (x stays cached). The first batch is loaded before waiting on
- * the previous kernel (weights never change); the wait comes after. */
+/* acc[m][r] += this lane's share of x[r, :] . wr[m] for r < nr, m < M
+ * weight rows of nv chunks: GEMV_UNROLL 16-byte loads per lane and row in
+ * flight while the previous batch is summed, weights streamed past L1 (x
+ * stays cached). The first batch is loaded before waiting on the previous
+ * kernel (weights never change); the wait comes after. */
 template <typename F, int R, int M>
-__device__ __forceinline__ void dot_rows(float (&acc)[M][R], wrow (&wr)[M], const xin &x, int c0, int nv, int nr,
+__device__ __forceinline__ void dot_rows(float (&acc)[M][R], const wrow (&wr)[M], const xin &x, int nv, int nr,
                                          int lane)
 {
-#pragma unroll
-    for (int m = 0; m < M; m++)
-        wr[m].w += c0;
     constexpr int U = GEMV_UNROLL;
     uint4 u[M][U];
 #pragma unroll
@@ -176,7 +173,7 @@ __device__ __forceinline__ void dot_rows(float (&acc)[M][R], wrow (&wr)[M], cons
                 break;
 #pragma unroll
             for (int m = 0; m < M; m++)
-                F::template dot<R>(acc[m], cur[m][j], wr[m], x, c0 + i + 32 * j, nr);
+                F::template dot<R>(acc[m], cur[m][j], wr[m], x, i + 32 * j, nr);
         }
     }
 }
@@ -204,32 +201,30 @@ __device__ __forceinline__ wrow row_of(const void *w, const __half *sc, const __
     return r;
 }
 
-/* out[r, n] = x[r, :] . w[n, :] for r < nr <= R, float32 accumulation; KS
- * warps per weight row, each over a KS-th of K (small matrices: more warps
- * and bytes in flight, a shorter tail), summed in shared memory; needs K %
- * F::N == 0. GATED: s holds gate and up, and each row's warps compute
- * out[0] = act(x . gate) * (x . up) for one row of both. */
-template <typename F, int R, bool GATED, int KS>
+/* out[r, n] = x[r, :] . w[n, :] for r < nr <= R, one warp per weight row,
+ * float32 accumulation; needs K % F::N == 0. GATED: s holds gate and up,
+ * and each warp computes out[0] = act(x . gate) * (x . up) for one row of
+ * both. */
+template <typename F, int R, bool GATED>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_set s, xin x, int nr, int gelu)
 {
     constexpr int M = GATED ? 2 : 1;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, part = warp % KS;
-    int n = blockIdx.x * (GEMV_WARPS / KS) + warp / KS, total = s.end[0];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int n = blockIdx.x * GEMV_WARPS + warp, total = s.end[0];
 #pragma unroll
     for (int i = 1; i < LMX_MAX_MULTI; i++) /* constant indices keep s out of local memory */
         if (!GATED && i < s.n)
             total = s.end[i];
-    if (KS == 1 && n >= total)
+    if (n >= total)
         return;
-    bool valid = n < total;
     /* which weight row n is (constant indices keep s out of local memory) */
     const void *w = s.w[0];
     const __half *sc = s.sc[0], *bi = s.bi[0];
     float *out = s.out[0];
-    int row = valid ? n : 0, N = s.end[0];
+    int row = n, N = s.end[0];
 #pragma unroll
     for (int i = 1; i < LMX_MAX_MULTI; i++)
-        if (!GATED && i < s.n && n >= s.end[i - 1] && valid) {
+        if (!GATED && i < s.n && n >= s.end[i - 1]) {
             w = s.w[i];
             sc = s.sc[i];
             bi = s.bi[i];
@@ -237,7 +232,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_set s, xin x, int
             row = n - s.end[i - 1];
             N = s.end[i] - s.end[i - 1];
         }
-    int nv = x.K / F::N, c0 = (int)((long long)nv * part / KS), c1 = (int)((long long)nv * (part + 1) / KS);
+    int nv = x.K / F::N;
     wrow wr[M];
     wr[0] = row_of(w, sc, bi, row, nv, x.ng);
     if (GATED)
@@ -248,37 +243,13 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_set s, xin x, int
 #pragma unroll
         for (int r = 0; r < R; r++)
             acc[m][r] = 0;
-    dot_rows<F, R, M>(acc, wr, x, c0, valid ? c1 - c0 : 0, nr, lane);
-#pragma unroll
-    for (int m = 0; m < M; m++)
-#pragma unroll
-        for (int r = 0; r < R; r++)
-            acc[m][r] = warp_sum(acc[m][r]);
-    if (KS > 1) { /* the row's other warps' sums, through shared memory */
-        __shared__ float part_sum[GEMV_WARPS][M][R];
-        if (lane == 0)
-#pragma unroll
-            for (int m = 0; m < M; m++)
-#pragma unroll
-                for (int r = 0; r < R; r++)
-                    part_sum[warp][m][r] = acc[m][r];
-        __syncthreads();
-        if (part)
-            return;
-#pragma unroll
-        for (int k = 1; k < KS; k++)
-#pragma unroll
-            for (int m = 0; m < M; m++)
-#pragma unroll
-                for (int r = 0; r < R; r++)
-                    acc[m][r] += part_sum[warp + k][m][r];
-    }
+    dot_rows<F, R, M>(acc, wr, x, nv, nr, lane);
 #pragma unroll
     for (int r = 0; r < R; r++) {
-        float v = acc[0][r];
+        float v = warp_sum(acc[0][r]);
         if (GATED)
-            v = act_fn(v, gelu) * acc[M - 1][r];
-        if (lane == 0 && r < nr && valid)
+            v = act_fn(v, gelu) * warp_sum(acc[M - 1][r]);
+        if (lane == 0 && r < nr)
             out[(size_t)r * N + row] = v;
     }
 }

@@ -84,10 +84,15 @@ __device__ __forceinline__ void norm_store(const float4 (&v)[V], const float4 (&
         store4(out + (size_t)row * dim, e, dim, h);
         if (q.xq)
             quant4(q, h, row, e, dim, e < dim);
-        float f[4] = {h.x, h.y, h.z, h.w};
-        for (int k = 0; ob && k < 4; k++)
-            if (e + k < dim)
-                ob[(size_t)row * dim + e + k] = __float2bfloat16_rn(f[k]);
+        __nv_bfloat16 *o = ob + (size_t)row * dim + e;
+        if (ob && (dim & 3) == 0 && e < dim) {
+            *(uint2 *)o = make_uint2(pack_bf16(h.x, h.y), pack_bf16(h.z, h.w));
+        } else if (ob) {
+            float f[4] = {h.x, h.y, h.z, h.w};
+            for (int k = 0; k < 4; k++)
+                if (e + k < dim)
+                    o[k] = __float2bfloat16_rn(f[k]);
+        }
     }
 }
 
@@ -149,9 +154,8 @@ __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
     size_t stride = (size_t)gridDim.x * blockDim.x, first = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     for (size_t i = first; i < n / 8; i += stride) {
         float4 a = ((const float4 *)src)[2 * i], c = ((const float4 *)src)[2 * i + 1];
-        __nv_bfloat162 o[4] = {__floats2bfloat162_rn(a.x, a.y), __floats2bfloat162_rn(a.z, a.w),
-                               __floats2bfloat162_rn(c.x, c.y), __floats2bfloat162_rn(c.z, c.w)};
-        ((uint4 *)dst)[i] = *(const uint4 *)o;
+        ((uint4 *)dst)[i] =
+            make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(c.x, c.y), pack_bf16(c.z, c.w));
     }
     for (size_t i = n / 8 * 8 + first; i < n; i += stride)
         dst[i] = __float2bfloat16_rn(src[i]);
@@ -162,22 +166,28 @@ __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
  * head_dim, rotate-half RoPE (inv: the float32 inverse frequencies computed
  * on the host as the CPU backend does); q's heads back in place, k's to the
  * cache with v's head of the same number, both rounded to bf16 (the
- * cache's precision). Lane l holds elements l + 32 j. */
-enum { QK_WARPS = 4 };
+ * cache's precision). Lane l holds elements l + 32 j (head_dim up to 32
+ * QK_MAX), its norm weights and frequencies read before the wait, so that
+ * one round of loads follows it. */
+enum { QK_WARPS = 4, QK_MAX = 8 };
 __global__ void __launch_bounds__(QK_WARPS * 32)
     k_qk_prepare(float *q, const float *k, const float *v, const void *qn, int dt_q, const void *kn, int dt_k,
                  __nv_bfloat16 *kc, __nv_bfloat16 *vc, const float *inv, int hd, int Hq, int Hk, int slots,
                  const int *dpos, int pos0, float eps, int plus_one)
 {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, h = blockIdx.x * QK_WARPS + warp, i = blockIdx.y;
-    bool is_q = h < Hq;
-    const void *nw = is_q ? qn : kn;
-    int dt = is_q ? dt_q : dt_k;
-    if (h < Hq + Hk)
-        prefetch_norm(nw, dt, hd);
+    bool is_q = h < Hq, live = h < Hq + Hk;
+    int half = hd / 2;
+    float w[QK_MAX], f[QK_MAX], x[QK_MAX], vv[QK_MAX];
+#pragma unroll
+    for (int j = 0; j < QK_MAX; j++) {
+        int t = lane + 32 * j;
+        w[j] = live && t < hd ? norm_w(is_q ? qn : kn, is_q ? dt_q : dt_k, t, plus_one) : 0.0f;
+        f[j] = t < hd ? inv[t < half ? t : t - half] : 0.0f;
+    }
     pdl_trigger();
     pdl_wait();
-    if (h >= Hq + Hk)
+    if (!live)
         return;
     extern __shared__ float normed[]; /* QK_WARPS x hd */
     float *nv = normed + warp * hd;
@@ -185,27 +195,34 @@ __global__ void __launch_bounds__(QK_WARPS * 32)
     size_t at = (size_t)i * cols + (size_t)hh * hd;
     const float *src = (is_q ? q : k) + at;
     float ss = 0;
-#pragma unroll 4
-    for (int t = lane; t < hd; t += 32) {
-        float x = src[t];
-        nv[t] = x;
-        ss += x * x;
+#pragma unroll
+    for (int j = 0; j < QK_MAX; j++) {
+        int t = lane + 32 * j;
+        x[j] = t < hd ? src[t] : 0.0f;
+        vv[j] = t < hd && !is_q ? v[at + t] : 0.0f;
+        ss += x[j] * x[j];
     }
     float r = 1.0f / sqrtf(warp_sum(ss) / hd + eps);
-    for (int t = lane; t < hd; t += 32)
-        nv[t] *= r * norm_w(nw, dt, t, plus_one);
+#pragma unroll
+    for (int j = 0; j < QK_MAX; j++)
+        if (lane + 32 * j < hd)
+            nv[lane + 32 * j] = x[j] * r * w[j];
     __syncwarp();
-    int half = hd / 2, base = dpos ? *dpos : pos0;
-    size_t slot = (size_t)((base + i) % slots) * cols + (size_t)hh * hd;
-    for (int t = lane; t < hd; t += 32) {
+    int pos = (dpos ? *dpos : pos0) + i;
+    size_t slot = (size_t)(pos % slots) * cols + (size_t)hh * hd;
+#pragma unroll
+    for (int j = 0; j < QK_MAX; j++) {
+        int t = lane + 32 * j;
+        if (t >= hd)
+            continue;
         float c, sn;
-        sincosf((float)(base + i) * inv[t < half ? t : t - half], &sn, &c);
+        sincosf((float)pos * f[j], &sn, &c);
         float out = t < half ? nv[t] * c - nv[t + half] * sn : nv[t] * c + nv[t - half] * sn;
         if (is_q) {
             q[at + t] = out;
         } else {
             kc[slot + t] = __float2bfloat16_rn(out);
-            vc[slot + t] = __float2bfloat16_rn(v[at + t]);
+            vc[slot + t] = __float2bfloat16_rn(vv[j]);
         }
     }
 }
@@ -223,10 +240,8 @@ __global__ void k_gated_act(float *g, const float *u, __nv_bfloat16 *gb, size_t 
         a = make_float4(act_fn(a.x, gelu) * b.x, act_fn(a.y, gelu) * b.y, act_fn(a.z, gelu) * b.z,
                         act_fn(a.w, gelu) * b.w);
         ((float4 *)g)[i] = a;
-        if (gb) {
-            __nv_bfloat162 o[2] = {__floats2bfloat162_rn(a.x, a.y), __floats2bfloat162_rn(a.z, a.w)};
-            ((uint2 *)gb)[i] = *(const uint2 *)o;
-        }
+        if (gb)
+            ((uint2 *)gb)[i] = make_uint2(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w));
     }
     for (size_t i = n4 * 4 + first; i < n; i += stride) {
         g[i] = act_fn(g[i], gelu) * u[i];
