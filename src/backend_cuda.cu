@@ -453,13 +453,14 @@ xquant norm_quant(cuda_backend *b, const lmx_tensor *out, int n_rows, int whole_
     return q;
 }
 
-
 /* Prefill: an op writing n_rows of t also writes them in bf16 to xbf, the
  * tensor-core products' input, so that a product reading t next converts
- * nothing. NULL: not this time (decode rows, or no room). */
+ * nothing. NULL: not this time (decode rows, or no room). Touches only
+ * xbf's record (norm_quant keeps the quantized one). */
 __nv_bfloat16 *bf16_copy(cuda_backend *b, const lmx_tensor *t, int n_rows)
 {
-    wrote(b, t);
+    if (b->xbf_of == t)
+        b->xbf_of = NULL;
     if (n_rows <= GEMV_ROWS || !grow(b, &b->xbf, &b->xbf_cap, (size_t)n_rows * t->cols, "bf16 activations"))
         return NULL;
     b->xbf_of = t;
@@ -660,7 +661,6 @@ void matmuls(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *
     if (!blas_ok(b, cublasSetStream(b->blas, b->stream), "set stream"))
         return;
     const float one = 1.0f, zero = 0.0f;
-    bool have_bf16 = false;
     for (int i = 0; i < n; i++) {
         int N = ws[i]->rows;
         if (ws[i]->dtype == LMX_DT_F32 && !ws[i]->bits) {
@@ -671,7 +671,7 @@ void matmuls(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *
             continue;
         }
         size_t nx = (size_t)n_rows * K;
-        if (!have_bf16 && (b->xbf_of != x || b->xbf_rows < n_rows)) { /* x rounded to bf16 once */
+        if (b->xbf_of != x || b->xbf_rows < n_rows) { /* x rounded to bf16 once for all the weights */
             if (!grow(b, &b->xbf, &b->xbf_cap, nx, "bf16 activations"))
                 return;
             launch(b, k_to_bf16, blocks_for(nx / 8 + 1, 256), 256, 0, b->xbf, f32(x), nx);
@@ -679,7 +679,6 @@ void matmuls(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *
             b->xbf_of = x;
             b->xbf_rows = n_rows;
         }
-        have_bf16 = true;
         /* q8/q4: WBF_ELEMS elements of weight rows at a time dequantized to bf16 */
         int step = !ws[i]->bits ? N : WBF_ELEMS / K < 1 ? 1 : WBF_ELEMS / K < N ? WBF_ELEMS / K : N;
         if (ws[i]->bits && !grow(b, &b->wbf, &b->wbf_cap, (size_t)step * K, "dequantized weights"))

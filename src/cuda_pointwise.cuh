@@ -41,6 +41,19 @@ __device__ __forceinline__ void store4(float *p, int e, int dim, float4 v)
             p[e + i] = f[i];
 }
 
+/* The same four elements rounded to bf16. */
+__device__ __forceinline__ void store4_bf16(__nv_bfloat16 *p, int e, int dim, float4 v)
+{
+    if ((dim & 3) == 0 && e < dim) {
+        *(uint2 *)(p + e) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+        return;
+    }
+    float f[4] = {v.x, v.y, v.z, v.w};
+    for (int i = 0; i < 4; i++)
+        if (e + i < dim)
+            p[e + i] = __float2bfloat16_rn(f[i]);
+}
+
 /* A norm weight's elements of this thread (no kernel writes weights: read
  * before waiting on the previous kernel). */
 template <int V> __device__ __forceinline__ void load_norm(float4 (&w)[V], const void *p, int dt, int dim, int plus_one)
@@ -84,15 +97,8 @@ __device__ __forceinline__ void norm_store(const float4 (&v)[V], const float4 (&
         store4(out + (size_t)row * dim, e, dim, h);
         if (q.xq)
             quant4(q, h, row, e, dim, e < dim);
-        __nv_bfloat16 *o = ob + (size_t)row * dim + e;
-        if (ob && (dim & 3) == 0 && e < dim) {
-            *(uint2 *)o = make_uint2(pack_bf16(h.x, h.y), pack_bf16(h.z, h.w));
-        } else if (ob) {
-            float f[4] = {h.x, h.y, h.z, h.w};
-            for (int k = 0; k < 4; k++)
-                if (e + k < dim)
-                    o[k] = __float2bfloat16_rn(f[k]);
-        }
+        if (ob)
+            store4_bf16(ob + (size_t)row * dim, e, dim, h);
     }
 }
 
