@@ -29,29 +29,20 @@ __device__ __forceinline__ float4 load4(const float *p, int e, int dim)
     return make_float4(v[0], v[1], v[2], v[3]);
 }
 
-__device__ __forceinline__ void store4(float *p, int e, int dim, float4 v)
+/* Elements [e, e + 4) of a row of dim, as float or rounded to bf16. */
+template <typename T> __device__ __forceinline__ void store4(T *p, int e, int dim, float4 v)
 {
     if ((dim & 3) == 0 && e < dim) {
-        *(float4 *)(p + e) = v;
+        if constexpr (sizeof(T) == 4)
+            *(float4 *)(p + e) = v;
+        else
+            *(uint2 *)(p + e) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
         return;
     }
     float f[4] = {v.x, v.y, v.z, v.w};
     for (int i = 0; i < 4; i++)
         if (e + i < dim)
-            p[e + i] = f[i];
-}
-
-/* The same four elements rounded to bf16. */
-__device__ __forceinline__ void store4_bf16(__nv_bfloat16 *p, int e, int dim, float4 v)
-{
-    if ((dim & 3) == 0 && e < dim) {
-        *(uint2 *)(p + e) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
-        return;
-    }
-    float f[4] = {v.x, v.y, v.z, v.w};
-    for (int i = 0; i < 4; i++)
-        if (e + i < dim)
-            p[e + i] = __float2bfloat16_rn(f[i]);
+            p[e + i] = T(f[i]);
 }
 
 /* A norm weight's elements of this thread (no kernel writes weights: read
@@ -98,7 +89,7 @@ __device__ __forceinline__ void norm_store(const float4 (&v)[V], const float4 (&
         if (q.xq)
             quant4(q, h, row, e, dim, e < dim);
         if (ob)
-            store4_bf16(ob + (size_t)row * dim, e, dim, h);
+            store4(ob + (size_t)row * dim, e, dim, h);
     }
 }
 
