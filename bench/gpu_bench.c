@@ -46,11 +46,34 @@ static double copy_bandwidth(void)
     return 20.0 * 2 * (double)n / (ms * 1e-3);
 }
 
+/* n bf16 values uniform in (-0.05, 0.05) at device address d. Random
+ * rather than constant data: the tensor cores draw more power, and run
+ * slower, on data that changes (an 8192^3 product measured 788 TFLOP/s on
+ * random data, 894 on zeros), and the models' weights are random-like. */
+static int fill_random_bf16(void *d, size_t n)
+{
+    uint16_t *h = malloc(n * sizeof *h);
+    if (!h)
+        return 0;
+    uint32_t state = 12345;
+    for (size_t i = 0; i < n; i++) {
+        state = state * 1664525u + 1013904223u;
+        float v = ((float)(state >> 8) / 16777216.0f - 0.5f) * 0.1f;
+        uint32_t bits;
+        memcpy(&bits, &v, sizeof bits);
+        h[i] = (uint16_t)(bits >> 16);
+    }
+    int ok = cudaMemcpy(d, h, n * sizeof *h, cudaMemcpyHostToDevice) == cudaSuccess;
+    free(h);
+    return ok;
+}
+
 /* FLOP/s of cuBLAS's bf16 tensor-core products (bf16 in, float32 out and
  * accumulation, as lmx's prefill calls it) on one layer's weight shapes
  * with `rows` rows of activations: the rate prefill's products could reach
- * (0 if cuBLAS failed). */
-static double matmul_rate(const lmx_config *c, int rows)
+ * (0 if cuBLAS failed). random: on random data (the reference), else on
+ * constant data (faster: sessions 10-12 compared with that). */
+static double matmul_rate(const lmx_config *c, int rows, int random)
 {
     int q = c->n_heads * c->head_dim, kv = c->n_kv_heads * c->head_dim, hid = c->hidden_size,
         inter = c->intermediate_size;
@@ -68,8 +91,12 @@ static double matmul_rate(const lmx_config *c, int rows)
     if (cudaMalloc(&w, wmax * 2) || cudaMalloc(&x, (size_t)rows * kmax * 2) ||
         cudaMalloc(&y, (size_t)rows * nmax * 4) || cublasCreate(&h) != CUBLAS_STATUS_SUCCESS)
         goto done;
-    cudaMemset(w, 0x3c, wmax * 2); /* bf16 ~0.01: finite sums */
-    cudaMemset(x, 0x3c, (size_t)rows * kmax * 2);
+    if (!random) { /* bf16 ~0.01, as sessions up to 12 measured it */
+        cudaMemset(w, 0x3c, wmax * 2);
+        cudaMemset(x, 0x3c, (size_t)rows * kmax * 2);
+    } else if (!fill_random_bf16(w, wmax) || !fill_random_bf16(x, (size_t)rows * kmax)) {
+        goto done;
+    }
     const float one = 1, zero = 0;
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
@@ -239,7 +266,7 @@ int main(int argc, char **argv)
     prefill(m, 64, chunk, logits); /* warm-up: module load, cuBLAS heuristics */
     double p512 = prefill(m, 512, chunk, logits), p4096 = prefill(m, 4096, chunk, logits);
     double d0 = decode(m, 0, gen, chunk, logits), d4096 = decode(m, 4096, gen, chunk, logits);
-    double mm = matmul_rate(c, 4096), pf = p4096 * prefill_flops(c, 4096);
+    double mm = matmul_rate(c, 4096, 1), mm_const = matmul_rate(c, 4096, 0), pf = p4096 * prefill_flops(c, 4096);
     printf("model %s: %s, %.2f GB weights as stored, %s, loaded in %.1f s; copy bandwidth %.0f GB/s (read + write)\n",
            argv[1], lmx_model_type(m), m->weight_bytes / 1e9, quant == 8 ? "q8" : quant == 4 ? "q4" : "unquantized",
            load_s, bw / 1e9);
@@ -248,8 +275,10 @@ int main(int argc, char **argv)
     printf("| %.0f | %.0f | %.1f | %.1f | %.0f (%.0f%%) | %.0f (%.0f%%) |\n", p512, p4096, d0, d4096,
            d0 * wbytes / 1e9, 100 * d0 * wbytes / bw, d4096 * (wbytes + kv4096) / 1e9,
            100 * d4096 * (wbytes + kv4096) / bw);
-    printf("prefill 4096: %.0f TFLOP/s, %.0f%% of cuBLAS bf16 on the layer shapes at 4096 rows (%.0f TFLOP/s)\n",
-           pf / 1e12, mm > 0 ? 100 * pf / mm : 0.0, mm / 1e12);
+    printf("prefill 4096: %.0f TFLOP/s, %.0f%% of cuBLAS bf16 on the layer shapes at 4096 rows, random data (%.0f "
+           "TFLOP/s; %.0f%% of its %.0f TFLOP/s on constant data)\n",
+           pf / 1e12, mm > 0 ? 100 * pf / mm : 0.0, mm / 1e12, mm_const > 0 ? 100 * pf / mm_const : 0.0,
+           mm_const / 1e12);
     free(logits);
     lmx_close(m);
     return 0;

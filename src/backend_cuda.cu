@@ -525,18 +525,31 @@ void cuda_rmsnorm(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, const l
     launched(b, "rmsnorm");
 }
 
-template <typename F, bool GATED> void gemv_launch(cuda_backend *b, const gemv_set &s, const xin &x, int nr, int gelu)
+template <typename F, bool GATED, int WPR>
+void gemv_wpr(cuda_backend *b, const gemv_set &s, const xin &x, int nr, int gelu, int rows)
 {
-    unsigned grid = (unsigned)((s.end[GATED ? 0 : s.n - 1] + GEMV_WARPS - 1) / GEMV_WARPS);
+    unsigned grid = (unsigned)((rows * WPR + GEMV_WARPS - 1) / GEMV_WARPS);
     int th = GEMV_WARPS * 32;
     if (nr <= 1)
-        launch(b, k_gemv<F, 1, GATED>, grid, th, 0, s, x, nr, gelu);
+        launch(b, k_gemv<F, 1, GATED, GEMV_UNROLL, WPR>, grid, th, 0, s, x, nr, gelu);
     else if (nr <= 2)
-        launch(b, k_gemv<F, 2, GATED>, grid, th, 0, s, x, nr, gelu);
+        launch(b, k_gemv<F, 2, GATED, GEMV_UNROLL, WPR>, grid, th, 0, s, x, nr, gelu);
     else if (nr <= 4)
-        launch(b, k_gemv<F, 4, GATED>, grid, th, 0, s, x, nr, gelu);
+        launch(b, k_gemv<F, 4, GATED, GEMV_UNROLL, WPR>, grid, th, 0, s, x, nr, gelu);
     else
-        launch(b, k_gemv<F, 8, GATED>, grid, th, 0, s, x, nr, gelu);
+        launch(b, k_gemv<F, 8, GATED, GEMV_UNROLL, WPR>, grid, th, 0, s, x, nr, gelu);
+}
+
+/* Two warps a weight row when one a row would give fewer blocks than two a
+ * multiprocessor (bench/gemv_bench.cu on the H200: Qwen3-0.6B's o and
+ * down GEMVs 1.4-1.5x faster in bf16; larger matrices slower). */
+template <typename F, bool GATED> void gemv_launch(cuda_backend *b, const gemv_set &s, const xin &x, int nr, int gelu)
+{
+    int rows = s.end[GATED ? 0 : s.n - 1];
+    if ((rows + GEMV_WARPS - 1) / GEMV_WARPS < 2 * b->sms)
+        gemv_wpr<F, GATED, 2>(b, s, x, nr, gelu, rows);
+    else
+        gemv_wpr<F, GATED, 1>(b, s, x, nr, gelu, rows);
 }
 
 template <typename F> void gemv_gated(cuda_backend *b, const gemv_set &s, const xin &x, int nr, bool gated, int gelu)
@@ -842,7 +855,8 @@ void attention_decode(cuda_backend *b, lmx_tensor *out, const lmx_tensor *q, con
      * the grid depends on the cache's size only, not on the position. */
     int resident = b->sms * b->dec_blocks[HD == 64 ? 0 : HD == 128 ? 1 : 2];
     int chunks = (kc->rows + DEC_KEYS - 1) / DEC_KEYS, nsplit = resident / groups;
-    nsplit = nsplit < (chunks + DEC_WARPS - 1) / DEC_WARPS ? nsplit : (chunks + DEC_WARPS - 1) / DEC_WARPS;
+    int most = (chunks + DEC_WARPS * DEC_SPLIT_CHUNKS - 1) / (DEC_WARPS * DEC_SPLIT_CHUNKS);
+    nsplit = nsplit < most ? nsplit : most;
     nsplit = nsplit < 1 ? 1 : nsplit;
     if (nsplit > 1 &&
         !grow(b, &b->part, &b->part_cap, (size_t)p->n_rows * p->n_heads * nsplit * (hd + 2), "attention splits"))

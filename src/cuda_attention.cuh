@@ -71,15 +71,26 @@ template <int HD> __device__ __forceinline__ void acc_init(attn_acc<HD> &a)
  * ld elements: Q [16 MT][hd], K and V [NK][hd]. S = Q.K^T on the tensor
  * cores (fragments by ldmatrix; each K and V fragment serves all MT row
  * tiles, so shared-memory reads per product fall with MT), scale,
- * softcap, the mask (tile m's lane row r sees keys lo[m][r] .. hi[m][r]),
- * online softmax in registers, O += P.V (V's fragments by
- * ldmatrix.trans). HD is the compile-time maximum of hd, a multiple of 16. */
+ * softcap, the mask (tile m's lane row r sees keys lo[m][r] .. hi[m][r];
+ * skipped when the warp's rows all see the whole tile, as most tiles of
+ * a long causal prefill do), online softmax in registers, O += P.V (V's
+ * fragments by ldmatrix.trans). Scores and the running maximum m are kept
+ * in base-2 units (log2(e) folded into the scale), so each exponential is
+ * one ex2. HD is the compile-time maximum of hd, a multiple of 16. */
 template <int HD, int NK, int MT>
 __device__ __forceinline__ void attn_tile(attn_acc<HD> *a, const bf16 *Qs, const bf16 *Ks, const bf16 *Vs, int ld,
                                           int hd, int t0, const int (*lo)[2], const int (*hi)[2], float scale,
                                           float softcap)
 {
     int lane = threadIdx.x & 31, tg = lane & 3, lr = lane & 7, mi = lane >> 3;
+    bool whole = true; /* every row of the warp sees keys t0 .. t0 + NK - 1 */
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            whole = whole && lo[m][r] <= t0 && t0 + NK - 1 <= hi[m][r];
+    whole = __all_sync(0xffffffffu, whole);
+    const float L2E = 1.4426950408889634f;
     float s[MT][NK / 8][4];
 #pragma unroll
     for (int m = 0; m < MT; m++)
@@ -115,10 +126,10 @@ __device__ __forceinline__ void attn_tile(attn_acc<HD> *a, const bf16 *Qs, const
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int r = e >> 1, t = t0 + n * 8 + tg * 2 + (e & 1);
-                float v = s[m][n][e] * scale;
+                float v = s[m][n][e] * (scale * L2E);
                 if (softcap > 0)
-                    v = softcap * tanhf(v / softcap);
-                if (t < lo[m][r] || t > hi[m][r])
+                    v = softcap * L2E * tanhf(v / (softcap * L2E));
+                if (!whole && (t < lo[m][r] || t > hi[m][r]))
                     v = -INFINITY;
                 s[m][n][e] = v;
                 mx[r] = fmaxf(mx[r], v);
@@ -129,7 +140,7 @@ __device__ __forceinline__ void attn_tile(attn_acc<HD> *a, const bf16 *Qs, const
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
             float mn = fmaxf(a[m].m[r], mx[r]);
-            corr[r] = mn == -INFINITY ? 1.0f : __expf(a[m].m[r] - mn);
+            corr[r] = mn == -INFINITY ? 1.0f : exp2f(a[m].m[r] - mn);
             a[m].m[r] = mn;
             a[m].l[r] *= corr[r];
         }
@@ -137,10 +148,9 @@ __device__ __forceinline__ void attn_tile(attn_acc<HD> *a, const bf16 *Qs, const
         for (int n = 0; n < NK / 8; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int r = e >> 1;
-                float p = s[m][n][e] == -INFINITY ? 0.0f : __expf(s[m][n][e] - a[m].m[r]);
+                float p = s[m][n][e] == -INFINITY ? 0.0f : exp2f(s[m][n][e] - a[m].m[e >> 1]);
                 s[m][n][e] = p;
-                a[m].l[r] += p;
+                a[m].l[e >> 1] += p;
             }
 #pragma unroll
         for (int j = 0; j < HD / 8; j++) {
@@ -208,8 +218,15 @@ __device__ __forceinline__ void stage_kv(bf16 *Kd, bf16 *Vd, int ld, const bf16 
 /* Decode ------------------------------------------------------------------ */
 
 /* A decode block: DEC_WARPS warps, each taking DEC_KEYS-key chunks of the
- * keys in turn, double-buffered. */
-enum { DEC_WARPS = 4, DEC_KEYS = 16 };
+ * keys in turn, double-buffered; a split takes at least DEC_SPLIT_CHUNKS
+ * chunks a warp (other values build as variants to compare). */
+#ifndef LMX_DEC_KEYS
+#define LMX_DEC_KEYS 16
+#endif
+#ifndef LMX_DEC_SPLIT_CHUNKS
+#define LMX_DEC_SPLIT_CHUNKS 1
+#endif
+enum { DEC_WARPS = 4, DEC_KEYS = LMX_DEC_KEYS, DEC_SPLIT_CHUNKS = LMX_DEC_SPLIT_CHUNKS };
 
 /* Splits of the keys that hold a chunk: the blocks and the merge agree on
  * it, so empty splits are skipped by both. */
@@ -317,7 +334,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
             M = fmaxf(M, ws[(w * 16 + r) * ldw + hd]);
         for (int w = 0; w < DEC_WARPS; w++) {
             const float *row = ws + (w * 16 + r) * ldw;
-            float wt = row[hd] == -INFINITY ? 0.0f : __expf(row[hd] - M);
+            float wt = row[hd] == -INFINITY ? 0.0f : exp2f(row[hd] - M);
             L += wt * row[hd + 1];
             A += wt * row[d];
         }
@@ -362,7 +379,7 @@ __global__ void __launch_bounds__(MERGE_THREADS) k_attn_merge(float *out, const 
     float L = 0;
     for (int s = threadIdx.x; s < ns; s += blockDim.x) {
         float2 p = __ldg(&ml[s]);
-        float w = p.x == -INFINITY ? 0.0f : __expf(p.x - M);
+        float w = p.x == -INFINITY ? 0.0f : exp2f(p.x - M); /* m in base-2 units */
         wt[s] = w;
         L += w * p.y;
     }

@@ -138,42 +138,41 @@ template <int BITS> struct fmt_quant {
     }
 };
 
-/* acc[m][r] += this lane's share of x[r, :] . wr[m] for r < nr, m < M
- * weight rows of nv chunks: GEMV_UNROLL 16-byte loads per lane and row in
- * flight while the previous batch is summed, weights streamed past L1 (x
- * stays cached). The first batch is loaded before waiting on the previous
- * kernel (weights never change); the wait comes after. */
-template <typename F, int R, int M>
-__device__ __forceinline__ void dot_rows(float (&acc)[M][R], const wrow (&wr)[M], const xin &x, int nv, int nr,
-                                         int lane)
+/* acc[m][r] += this thread's share of x[r, :] . wr[m] for r < nr, m < M
+ * weight rows of nv chunks, T threads a row (t: this one's index among
+ * them): U 16-byte loads per thread and row in flight while the previous
+ * batch is summed, weights streamed past L1 (x stays cached). The first
+ * batch is loaded before waiting on the previous kernel (weights never
+ * change); the wait comes after. */
+template <typename F, int R, int M, int U, int T>
+__device__ __forceinline__ void dot_rows(float (&acc)[M][R], const wrow (&wr)[M], const xin &x, int nv, int nr, int t)
 {
-    constexpr int U = GEMV_UNROLL;
     uint4 u[M][U];
 #pragma unroll
     for (int j = 0; j < U; j++)
 #pragma unroll
         for (int m = 0; m < M; m++)
-            if (lane + 32 * j < nv)
-                u[m][j] = __ldcs(wr[m].w + lane + 32 * j);
+            if (t + T * j < nv)
+                u[m][j] = __ldcs(wr[m].w + t + T * j);
     pdl_trigger();
     pdl_wait();
-    for (int i = lane; i < nv; i += 32 * U) {
+    for (int i = t; i < nv; i += T * U) {
         uint4 cur[M][U];
 #pragma unroll
         for (int j = 0; j < U; j++)
 #pragma unroll
             for (int m = 0; m < M; m++) {
                 cur[m][j] = u[m][j];
-                if (i + 32 * (U + j) < nv)
-                    u[m][j] = __ldcs(wr[m].w + i + 32 * (U + j));
+                if (i + T * (U + j) < nv)
+                    u[m][j] = __ldcs(wr[m].w + i + T * (U + j));
             }
 #pragma unroll
         for (int j = 0; j < U; j++) {
-            if (i + 32 * j >= nv)
+            if (i + T * j >= nv)
                 break;
 #pragma unroll
             for (int m = 0; m < M; m++)
-                F::template dot<R>(acc[m], cur[m][j], wr[m], x, i + 32 * j, nr);
+                F::template dot<R>(acc[m], cur[m][j], wr[m], x, i + T * j, nr);
         }
     }
 }
@@ -201,21 +200,25 @@ __device__ __forceinline__ wrow row_of(const void *w, const __half *sc, const __
     return r;
 }
 
-/* out[r, n] = x[r, :] . w[n, :] for r < nr <= R, one warp per weight row,
- * float32 accumulation; needs K % F::N == 0. GATED: s holds gate and up,
- * and each warp computes out[0] = act(x . gate) * (x . up) for one row of
- * both. */
-template <typename F, int R, bool GATED>
+/* out[r, n] = x[r, :] . w[n, :] for r < nr <= R, float32 accumulation;
+ * needs K % F::N == 0. A block holds GEMV_WARPS / WPR row slots of WPR
+ * warps each: the warps of a slot sum slices of one weight row and add
+ * them up through shared memory (WPR = 2 for matrices of few rows, whose
+ * one-warp grid would leave the multiprocessors short of loads in
+ * flight). U: loads in flight per thread. GATED: s holds gate and up, and
+ * a slot computes out[0] = act(x . gate) * (x . up) for one row of both. */
+template <typename F, int R, bool GATED, int U, int WPR>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_set s, xin x, int nr, int gelu)
 {
-    constexpr int M = GATED ? 2 : 1;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int n = blockIdx.x * GEMV_WARPS + warp, total = s.end[0];
+    constexpr int M = GATED ? 2 : 1, SLOTS = GEMV_WARPS / WPR;
+    __shared__ float part[GEMV_WARPS][M][R];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = warp / WPR, t = (warp % WPR) * 32 + lane;
+    int n = blockIdx.x * SLOTS + slot, total = s.end[0];
 #pragma unroll
     for (int i = 1; i < LMX_MAX_MULTI; i++) /* constant indices keep s out of local memory */
         if (!GATED && i < s.n)
             total = s.end[i];
-    if (n >= total)
+    if (n >= total) /* the slot's warps leave together */
         return;
     /* which weight row n is (constant indices keep s out of local memory) */
     const void *w = s.w[0];
@@ -243,15 +246,33 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_set s, xin x, int
 #pragma unroll
         for (int r = 0; r < R; r++)
             acc[m][r] = 0;
-    dot_rows<F, R, M>(acc, wr, x, nv, nr, lane);
+    dot_rows<F, R, M, U, 32 * WPR>(acc, wr, x, nv, nr, t);
 #pragma unroll
-    for (int r = 0; r < R; r++) {
-        float v = warp_sum(acc[0][r]);
-        if (GATED)
-            v = act_fn(v, gelu) * warp_sum(acc[M - 1][r]);
-        if (lane == 0 && r < nr)
-            out[(size_t)r * N + row] = v;
+    for (int m = 0; m < M; m++)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            acc[m][r] = warp_sum(acc[m][r]);
+    if (WPR > 1) { /* the slot's first warp adds the others' sums (a barrier per slot) */
+        if (lane == 0)
+#pragma unroll
+            for (int m = 0; m < M; m++)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    part[warp][m][r] = acc[m][r];
+        asm volatile("bar.sync %0, %1;" ::"r"(slot + 1), "r"(WPR * 32) : "memory");
+#pragma unroll
+        for (int m = 0; m < M; m++)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int k = 1; k < WPR; k++)
+                    acc[m][r] += part[slot * WPR + k][m][r];
     }
+    if (t == 0)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (r < nr)
+                out[(size_t)r * N + row] = GATED ? act_fn(acc[0][r], gelu) * acc[M - 1][r] : acc[0][r];
 }
 
 /* x quantized for the q8/q4 GEMV (xquant), four elements a thread. */

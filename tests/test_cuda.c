@@ -131,7 +131,8 @@ static void check_matmul(pair *p)
 static void check_fused_matmuls(pair *p)
 {
     const lmx_dtype dts[] = {LMX_DT_BF16, LMX_DT_F16, LMX_DT_F32};
-    const int rows[] = {1, 5, 8, 64}, K = 1024, Ns[3] = {512, 128, 135}; /* odd: one row a warp */
+    /* 4100 rows: one warp a weight row (fewer rows take two, as check_matmul's) */
+    const int rows[] = {1, 5, 8, 64}, K = 1024, Ns[3] = {4100, 128, 135};
     for (int d = 0; d < 3; d++) {
         both x = input(p, 64, K, LMX_DT_F32, 1.0f), w[3], o[3];
         both w_up = input(p, Ns[0], K, dts[d], 0.05f), up = output(p, 64, Ns[0]);
@@ -235,7 +236,7 @@ static both activations(pair *p, int rows, int cols, float amp)
  * check_matmul; a packing or scale error is of the order of the result. */
 static void check_quantized(pair *p, int bits)
 {
-    const int rows[] = {1, 3, 8, 9, 64}, K = 1024, Ns[3] = {512, 128, 135};
+    const int rows[] = {1, 3, 8, 9, 64}, K = 1024, Ns[3] = {4100, 128, 135}; /* w[0]: one warp a row */
     both x = activations(p, 64, K, 1.0f), w[3], o[3];
     for (int i = 0; i < 3; i++) {
         w[i] = input(p, Ns[i], K, i == 2 ? LMX_DT_F16 : LMX_DT_BF16, 0.05f);
@@ -268,11 +269,13 @@ static void check_quantized(pair *p, int bits)
                 p->cpu->ops->rmsnorm(p->cpu, h.c, x.c, nw.c, rows[r], 1e-6f, 0);
                 p->gpu->ops->rmsnorm(p->gpu, h.g, x.g, nw.g, rows[r], 1e-6f, 0);
             }
-            p->cpu->ops->matmul(p->cpu, o[0].c, h.c, w[0].c, rows[r]);
-            p->gpu->ops->matmul(p->gpu, o[0].g, h.g, w[0].g, rows[r]);
-            snprintf(what, sizeof what, "q%d matmul of a %s rows %d", bits, residual ? "residual_norm" : "rmsnorm",
-                     rows[r]);
-            same(p, &o[0], rows[r], 1e-2f, what);
+            for (int i = 0; i < 2; i++) { /* one warp a weight row, two */
+                p->cpu->ops->matmul(p->cpu, o[i].c, h.c, w[i].c, rows[r]);
+                p->gpu->ops->matmul(p->gpu, o[i].g, h.g, w[i].g, rows[r]);
+                snprintf(what, sizeof what, "q%d matmul of a %s rows %d, %d weight rows", bits,
+                         residual ? "residual_norm" : "rmsnorm", rows[r], Ns[i]);
+                same(p, &o[i], rows[r], 1e-2f, what);
+            }
         }
     }
     drop(p, &nw);
