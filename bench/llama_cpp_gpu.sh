@@ -10,7 +10,7 @@
 # no network) and what bench/gpu_env.sh needs (.debs/ when the machine lacks
 # cJSON, PCRE2, utf8proc). Every phase skips what is already there, so a
 # call cut short can be repeated; a MODEL call on a fresh machine builds
-# first (about 5 minutes). Per model: synthetic bf16 checkpoint, BF16 GGUF
+# first (about 5 minutes, or seconds with the prebuilt tools below). Per model: synthetic bf16 checkpoint, BF16 GGUF
 # (bench/st_to_gguf.py with the tarball's gguf-py), Q8_0 and Q4_0 by
 # `llama-quantize --pure` (every matrix in that format, as lmx's quant does);
 # then for each format llama-bench, then bench/gpu_bench on the same weights,
@@ -30,6 +30,19 @@
 #   REPS=3                 llama-bench -r
 #   LLAMA_ARGS=""          extra llama-bench options (e.g. "-ub 2048")
 #   LLAMA_DIR=/tmp/llama-gpu  MODELS=/tmp/lmx-peer  OUT=/tmp/lmx-out
+#
+# Prebuilt tools: .peer/llama-gpu-bin.tar.xz, when there, is unpacked into
+# $LLAMA_DIR/build/bin instead of compiling (the device minutes are few):
+# llama-bench, llama-quantize and the libllama/libggml*.so they load, flat,
+# RUNPATH $ORIGIN. Made on any x86-64 machine with CUDA 13.0 (no GPU needed;
+# about an hour on 2 cores) from the unpacked source tarball, configured as
+# build_llama() does plus -DBUILD_SHARED_LIBS=ON -DGGML_CUDA_NCCL=OFF
+# -DCMAKE_INSTALL_RPATH='$ORIGIN;/usr/local/cuda/lib64'
+# -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON -DGGML_NATIVE=OFF -DGGML_{SSE42,AVX,
+# AVX2,FMA,F16C,BMI2}=ON, then built --target llama-bench llama-quantize,
+# and packed with: cd build/bin && tar -cf - llama-bench llama-quantize
+# lib*.so* | xz -9 -T2. It needs libcudart, libcublas, libcublasLt .so.13
+# and the driver's libcuda.so.1; if it does not start, the source build runs.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -85,7 +98,7 @@ if [ "${1:-}" = table ]; then
     exit
 fi
 
-[ $# -gt 0 ] || { sed -n '2,31p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,45p' "$0"; exit 2; }
 out=${OUT:-/tmp/lmx-out}
 LLAMA_DIR=${LLAMA_DIR:-/tmp/llama-gpu}
 MODELS=${MODELS:-/tmp/lmx-peer}
@@ -113,12 +126,25 @@ build_lmx() {
 }
 
 # llama.cpp: built once per machine (about 4.5 minutes with 16 jobs);
-# an interrupted build resumes where it stopped.
+# an interrupted build resumes where it stopped. The prebuilt tools, when
+# carried, replace the build; the sources are unpacked anyway (gguf-py).
 build_llama() {
     [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-quantize" ] && return 0
     if [ ! -f "$LLAMA_DIR/CMakeLists.txt" ]; then
         mkdir -p "$LLAMA_DIR"
         tar -C "$LLAMA_DIR" --strip-components=1 -xJf .peer/llama.cpp.tar.xz || return 1
+    fi
+    local pre=.peer/llama-gpu-bin.tar.xz
+    if [ -f "$pre" ] && [ ! -e "$bin/llama-bench" ]; then
+        mkdir -p "$bin"
+        # --help loads every library, so a missing one shows here, not later
+        if tar -C "$bin" -xJf "$pre" && "$bin/llama-bench" --help >/dev/null 2>&1; then
+            echo "llama.cpp: prebuilt, from $pre" >>"$out/llama-build.log"
+            return 0
+        fi
+        echo "llama.cpp: $pre does not run here, building from source" >>"$out/llama-build.log"
+        # its files would pass for build outputs: ninja must not skip them
+        tar -tJf "$pre" | while read -r f; do rm -f "$bin/$f"; done
     fi
     local gen=()
     command -v ninja >/dev/null && gen=(-G Ninja)

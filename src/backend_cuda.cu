@@ -850,9 +850,9 @@ void attention_decode(cuda_backend *b, lmx_tensor *out, const lmx_tensor *q, con
     int hd = p->head_dim, HD = hd <= 64 ? 64 : hd <= 128 ? 128 : 256;
     int groups = p->n_kv_heads * ((p->n_heads / p->n_kv_heads * p->n_rows + 15) / 16);
     /* Splits enough for every multiprocessor to hold as many blocks as it
-     * can, all at once (one wave, no tail), and never more splits than the
-     * cache has chunks for (each split takes DEC_WARPS chunks at a time);
-     * the grid depends on the cache's size only, not on the position. */
+     * can, all at once (one wave, no tail), and never more than give each
+     * warp DEC_SPLIT_CHUNKS of the cache's chunks; the grid depends on the
+     * cache's size only, not on the position. */
     int resident = b->sms * b->dec_blocks[HD == 64 ? 0 : HD == 128 ? 1 : 2];
     int chunks = (kc->rows + DEC_KEYS - 1) / DEC_KEYS, nsplit = resident / groups;
     int most = (chunks + DEC_WARPS * DEC_SPLIT_CHUNKS - 1) / (DEC_WARPS * DEC_SPLIT_CHUNKS);

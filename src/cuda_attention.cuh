@@ -218,13 +218,17 @@ __device__ __forceinline__ void stage_kv(bf16 *Kd, bf16 *Vd, int ld, const bf16 
 /* Decode ------------------------------------------------------------------ */
 
 /* A decode block: DEC_WARPS warps, each taking DEC_KEYS-key chunks of the
- * keys in turn, double-buffered; a split takes at least DEC_SPLIT_CHUNKS
- * chunks a warp (other values build as variants to compare). */
+ * keys in turn, double-buffered; the cache is cut into splits of at least
+ * DEC_SPLIT_CHUNKS chunks a warp (2 rather than 1: fewer blocks and
+ * partial results to merge, decode at depth 4096 4.5-5% faster on
+ * Qwen3-8B and Qwen3-0.6B in q4, 4 no better; bench/RESULTS.md). Other
+ * values build as variants to compare (bench/decode_variants.sh); 32 keys a
+ * chunk need more shared memory than a block may have. */
 #ifndef LMX_DEC_KEYS
 #define LMX_DEC_KEYS 16
 #endif
 #ifndef LMX_DEC_SPLIT_CHUNKS
-#define LMX_DEC_SPLIT_CHUNKS 1
+#define LMX_DEC_SPLIT_CHUNKS 2
 #endif
 enum { DEC_WARPS = 4, DEC_KEYS = LMX_DEC_KEYS, DEC_SPLIT_CHUNKS = LMX_DEC_SPLIT_CHUNKS };
 

@@ -8,7 +8,7 @@
  * that kernels write (only immutable data, weights, may be read before),
  * then lets its own successor launch. Triggering before the wait instead
  * (LMX_PDL_EARLY=1) measured 11% slower on Qwen3-8B decode (178 against
- * 200 tok/s, bench/gemv_variants.sh, 2026-12-03). */
+ * 200 tok/s, bench/decode_variants.sh, 2026-12-03). */
 #ifndef LMX_PDL_EARLY
 #define LMX_PDL_EARLY 0
 #endif

@@ -40,7 +40,7 @@ template <> struct wvec<float> {
     }
 };
 
-/* GEMV shape; bench/gemv_variants.sh builds other values to compare
+/* GEMV shape; bench/decode_variants.sh builds other values to compare
  * (2026-12-02, Qwen3-8B decode on the H200: 8 or 2 warps the same, 4-deep
  * unrolling 1.5% slower, 8-deep 14% slower, L1-allocating loads 10%
  * slower: bench/RESULTS.md). */

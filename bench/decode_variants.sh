@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# On the GPU machine: decode tok/s of one synthetic model under GEMV
-# variants (LMX_GEMV_* macros of src/backend_cuda.cu), each built into its
-# own directory, all run on the same checkpoint in one go.
-#   bench/gemv_variants.sh MODEL 'NAME:FLAGS' ...
-# e.g. bench/gemv_variants.sh qwen3-8b 'base:' 'w8:-DLMX_GEMV_WARPS=8'
-# (BENCH_ARGS go to gpu_bench, e.g. "--quant q4").
+# On the GPU machine: decode tok/s of one synthetic model under build
+# variants (the LMX_GEMV_*, LMX_PDL_EARLY and LMX_DEC_* macros of the CUDA
+# sources), each built into its own directory, all run on the same
+# checkpoint in one go.
+#   bench/decode_variants.sh MODEL 'NAME:FLAGS' ...
+# e.g. bench/decode_variants.sh qwen3-8b 'base:' 'w8:-DLMX_GEMV_WARPS=8'
+# (BENCH_ARGS go to gpu_bench, e.g. "--quant q4 --depth 4096").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 lmx_cmake_pc=()
