@@ -196,7 +196,10 @@ PY
 run_llama() { # FORMAT GGUF_FILE
     say "$model $1: llama-bench"
     # shellcheck disable=SC2086 # LLAMA_ARGS is a list of options
-    "$bin/llama-bench" -m "$2" -ngl 99 -fa 1 -p 512,4096 -n 128 -d 0,4096 -r "$REPS" -o jsonl $LLAMA_ARGS 2>>"$log" |
+    # prompts at depth 0, generation at depth 0 and 4096 (-d would also run
+    # both prompts at depth 4096, which the table does not use)
+    { "$bin/llama-bench" -m "$2" -ngl 99 -fa 1 -p 512,4096 -n 0 -r "$REPS" -o jsonl $LLAMA_ARGS &&
+        "$bin/llama-bench" -m "$2" -ngl 99 -fa 1 -p 0 -n 128 -d 0,4096 -r "$REPS" -o jsonl $LLAMA_ARGS; } 2>>"$log" |
         sed "s/^{/{\"tool\": \"llama.cpp\", \"model\": \"$model\", \"format\": \"$1\", /" >>"$jsonl"
 }
 
