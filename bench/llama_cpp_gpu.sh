@@ -32,17 +32,19 @@
 #   LLAMA_DIR=/tmp/llama-gpu  MODELS=/tmp/lmx-peer  OUT=/tmp/lmx-out
 #
 # Prebuilt tools: .peer/llama-gpu-bin.tar.xz, when there, is unpacked into
-# $LLAMA_DIR/build/bin instead of compiling (the device minutes are few):
-# llama-bench, llama-quantize and the libllama/libggml*.so they load, flat,
-# RUNPATH $ORIGIN. Made on any x86-64 machine with CUDA 13.0 (no GPU needed;
-# about an hour on 2 cores) from the unpacked source tarball, configured as
-# build_llama() does plus -DBUILD_SHARED_LIBS=ON -DGGML_CUDA_NCCL=OFF
-# -DCMAKE_INSTALL_RPATH='$ORIGIN;/usr/local/cuda/lib64'
-# -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON -DGGML_NATIVE=OFF -DGGML_{SSE42,AVX,
-# AVX2,FMA,F16C,BMI2}=ON, then built --target llama-bench llama-quantize,
-# and packed with: cd build/bin && tar -cf - llama-bench llama-quantize
-# lib*.so* | xz -9 -T2. It needs libcudart, libcublas, libcublasLt .so.13
-# and the driver's libcuda.so.1; if it does not start, the source build runs.
+# $LLAMA_DIR/build/bin instead of compiling (device minutes are few):
+# llama-bench, llama-quantize and their libllama*/libggml*.so, flat, RUNPATH
+# $ORIGIN. They need libcudart, libcublas, libcublasLt .so.13 (the toolkit's)
+# and the driver's libcuda.so.1; if they do not start, the source build runs.
+# Made on any x86-64 machine with CUDA 13.0, no GPU (45 minutes on 2 cores),
+# from the source tarball unpacked, configured as build_llama() does but
+#   -DCMAKE_CUDA_ARCHITECTURES=90-real (no PTX: half the size) -DGGML_NATIVE=OFF
+#   -DGGML_{SSE42,AVX,AVX2,FMA,F16C,BMI2}=ON -DGGML_CUDA_NCCL=OFF (one GPU)
+#   -DCMAKE_INSTALL_RPATH='$ORIGIN;/usr/local/cuda/lib64'
+#   -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON
+# built with LD_LIBRARY_PATH=DIR, DIR holding libcuda.so.1 -> the toolkit's
+# lib64/stubs/libcuda.so (else the executables do not link without a driver),
+# packed by: cd build/bin && tar -cf - llama-bench llama-quantize lib*.so* | xz -9
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -98,7 +100,7 @@ if [ "${1:-}" = table ]; then
     exit
 fi
 
-[ $# -gt 0 ] || { sed -n '2,45p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,47p' "$0"; exit 2; }
 out=${OUT:-/tmp/lmx-out}
 LLAMA_DIR=${LLAMA_DIR:-/tmp/llama-gpu}
 MODELS=${MODELS:-/tmp/lmx-peer}
