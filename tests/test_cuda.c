@@ -336,29 +336,6 @@ static void round_cpu_cache(pair *p, lmx_tensor *cache, int rows, int cols)
     free(h);
 }
 
-/* Positions 0 .. fill - 1 of both backends' caches written by qk_prepare
- * (q/k norms, RoPE with two settings, q's rows rewritten in place), then
- * the CPU's float32 cache rounded to bf16 as the GPU's holds it. */
-static void fill_caches(pair *p, both *q, both *kc, both *vc, int hd, int fill, int plus_one)
-{
-    const lmx_rope ropes[] = {{1e6f, 1.0f}, {1e4f, 8.0f}};
-    int kv = kc->cols;
-    both qn = input(p, 1, hd, LMX_DT_BF16, 1.0f), kn = input(p, 1, hd, LMX_DT_BF16, 1.0f);
-    for (int pos = 0; pos < fill; pos += 100) {
-        both k = input(p, 100, kv, LMX_DT_F32, 1.0f), v = input(p, 100, kv, LMX_DT_F32, 1.0f);
-        lmx_rope rope = ropes[pos / 100 % 2];
-        p->cpu->ops->qk_prepare(p->cpu, q->c, k.c, v.c, qn.c, kn.c, kc->c, vc->c, 100, hd, pos, rope, 1e-6f, plus_one);
-        p->gpu->ops->qk_prepare(p->gpu, q->g, k.g, v.g, qn.g, kn.g, kc->g, vc->g, 100, hd, pos, rope, 1e-6f, plus_one);
-        same(p, q, 100, 1e-5f, "qk_prepare: q");
-        drop(p, &k);
-        drop(p, &v);
-    }
-    round_cpu_cache(p, kc->c, kc->rows, kv);
-    round_cpu_cache(p, vc->c, vc->rows, kv);
-    drop(p, &qn);
-    drop(p, &kn);
-}
-
 /* Attention over a cache filled by qk_prepare (q/k norms, RoPE at large
  * positions with two RoPE settings), the GPU's in bf16 (alloc_cache), the
  * CPU's float32 one rounded to bf16 afterwards, and q rounded to bf16 on
@@ -388,6 +365,7 @@ static void check_attention(pair *p)
                  {3, -3, 100, 30}, {1, 0, 0, 0},     {6, 0, 0, 0},    {1, 300, 0, 0}, {4, 296, 0, 0},
                  {7, 400, 50, 0},  {9, 0, 0, 0},     {130, 0, 0, 0},  {64, -64, 1000, 0}, {64, -64, 300, 30},
                  {77, -77, 0, 0},  {300, -300, 800, 0}};
+    const lmx_rope ropes[] = {{1e6f, 1.0f}, {1e4f, 8.0f}};
     const int n_cases = (int)(sizeof cases / sizeof *cases), n_q = 300;
     for (int c = 0; c < (int)(sizeof cfgs / sizeof *cfgs); c++) {
         int hd = cfgs[c].hd, H = cfgs[c].H, KVH = cfgs[c].KVH, slots = cfgs[c].slots, fill = cfgs[c].fill;
@@ -399,7 +377,18 @@ static void check_attention(pair *p)
                    slots, kv, NULL};
         CHECK(kc.c && kc.g && vc.c && vc.g, "caches: %s", err.message);
         both o = output(p, n_q, H * hd), q = input(p, n_q, H * hd, LMX_DT_F32, 1.0f);
-        fill_caches(p, &q, &kc, &vc, hd, fill, c & 1);
+        both qn = input(p, 1, hd, LMX_DT_BF16, 1.0f), kn = input(p, 1, hd, LMX_DT_BF16, 1.0f);
+        for (int pos = 0; pos < fill; pos += 100) {
+            both k = input(p, 100, kv, LMX_DT_F32, 1.0f), v = input(p, 100, kv, LMX_DT_F32, 1.0f);
+            lmx_rope rope = ropes[pos / 100 % 2];
+            p->cpu->ops->qk_prepare(p->cpu, q.c, k.c, v.c, qn.c, kn.c, kc.c, vc.c, 100, hd, pos, rope, 1e-6f, c & 1);
+            p->gpu->ops->qk_prepare(p->gpu, q.g, k.g, v.g, qn.g, kn.g, kc.g, vc.g, 100, hd, pos, rope, 1e-6f, c & 1);
+            same(p, &q, 100, 1e-5f, "qk_prepare: q");
+            drop(p, &k);
+            drop(p, &v);
+        }
+        round_cpu_cache(p, kc.c, slots, kv);
+        round_cpu_cache(p, vc.c, slots, kv);
         both qr = bound(p, n_q, H * hd, cpu_rounded(p, q.c, n_q, H * hd));
         float worst[2] = {0, 0}; /* decode, prefill */
         for (int k = 0; k < n_cases; k++) {
@@ -423,43 +412,9 @@ static void check_attention(pair *p)
         drop(p, &o);
         drop(p, &q);
         drop(p, &qr);
+        drop(p, &qn);
+        drop(p, &kn);
     }
-}
-
-/* Decode rows from attention into a q8/q4 GEMV: the attention kernels
- * hand the GEMV its input quantized (one split writing the output, and
- * several merged), as check_quantized's norms do. */
-static void check_attention_quantized(pair *p, int bits)
-{
-    const int hd = 128, H = 8, KVH = 2, slots = 600, kv = KVH * hd, N = 256;
-    const int cases[][2] = {{1, 599}, {3, 597}, {1, 5}}; /* rows, first position: merged splits, merged, one */
-    lmx_error err = {0};
-    both kc = {p->cpu->ops->alloc(p->cpu, slots, kv, &err), p->gpu->ops->alloc_cache(p->gpu, slots, kv, &err),
-               slots, kv, NULL};
-    both vc = {p->cpu->ops->alloc(p->cpu, slots, kv, &err), p->gpu->ops->alloc_cache(p->gpu, slots, kv, &err),
-               slots, kv, NULL};
-    CHECK(kc.c && kc.g && vc.c && vc.g, "caches: %s", err.message);
-    both q = input(p, 100, H * hd, LMX_DT_F32, 1.0f), a = output(p, 8, H * hd), y = output(p, 8, N);
-    both w = input(p, N, H * hd, LMX_DT_BF16, 0.05f);
-    fill_caches(p, &q, &kc, &vc, hd, slots, 0);
-    both qr = bound(p, 100, H * hd, cpu_rounded(p, q.c, 100, H * hd));
-    for (int k = 0; k < 3; k++) {
-        lmx_attn_params ap = {cases[k][0], cases[k][1], H, KVH, hd, 0, 1.0f / sqrtf((float)hd), 0};
-        p->cpu->ops->attention(p->cpu, a.c, qr.c, kc.c, vc.c, &ap);
-        p->gpu->ops->attention(p->gpu, a.g, qr.g, kc.g, vc.g, &ap);
-        p->cpu->ops->matmul(p->cpu, y.c, a.c, w.c, ap.n_rows);
-        p->gpu->ops->matmul(p->gpu, y.g, a.g, w.g, ap.n_rows);
-        char what[96];
-        snprintf(what, sizeof what, "q%d matmul of attention rows %d at %d", bits, ap.n_rows, ap.pos0);
-        same(p, &y, ap.n_rows, 1e-2f, what);
-    }
-    drop(p, &kc);
-    drop(p, &vc);
-    drop(p, &q);
-    drop(p, &qr);
-    drop(p, &a);
-    drop(p, &y);
-    drop(p, &w);
 }
 
 /* Fixtures: logits against transformers -------------------------------------- */
@@ -664,10 +619,8 @@ int main(void)
         if (q.cpu)
             q.gpu = lmx_backend_cuda_new(0, bits, &err);
         CHECK(q.cpu && q.gpu, "quantizing backends: %s", err.message);
-        if (q.cpu && q.gpu) {
+        if (q.cpu && q.gpu)
             check_quantized(&q, bits);
-            check_attention_quantized(&q, bits);
-        }
         if (q.gpu)
             q.gpu->ops->destroy(q.gpu);
         if (q.cpu)
