@@ -222,15 +222,12 @@ __device__ __forceinline__ void stage_kv(bf16 *Kd, bf16 *Vd, int ld, const bf16 
  * DEC_SPLIT_CHUNKS chunks a warp (2 rather than 1: fewer blocks and
  * partial results to merge, decode at depth 4096 4.5-5% faster on
  * Qwen3-8B and Qwen3-0.6B in q4, 4 no better; bench/RESULTS.md). Other
- * values build as variants to compare (bench/decode_variants.sh); 32 keys a
- * chunk need more shared memory than a block may have. */
-#ifndef LMX_DEC_KEYS
-#define LMX_DEC_KEYS 16
-#endif
+ * values build as variants to compare (bench/decode_variants.sh). 32-key
+ * chunks were tried: they need more shared memory than a block may have. */
 #ifndef LMX_DEC_SPLIT_CHUNKS
 #define LMX_DEC_SPLIT_CHUNKS 2
 #endif
-enum { DEC_WARPS = 4, DEC_KEYS = LMX_DEC_KEYS, DEC_SPLIT_CHUNKS = LMX_DEC_SPLIT_CHUNKS };
+enum { DEC_WARPS = 4, DEC_KEYS = 16, DEC_SPLIT_CHUNKS = LMX_DEC_SPLIT_CHUNKS };
 
 /* Splits of the keys that hold a chunk: the blocks and the merge agree on
  * it, so empty splits are skipped by both. */
