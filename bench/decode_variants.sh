@@ -5,7 +5,7 @@
 # checkpoint in one go.
 #   bench/decode_variants.sh MODEL 'NAME:FLAGS' ...
 # e.g. bench/decode_variants.sh qwen3-8b 'base:' 'w8:-DLMX_GEMV_WARPS=8'
-# (BENCH_ARGS go to gpu_bench, e.g. "--quant q4 --depth 4096").
+# (BENCH_ARGS go to gpu_bench, e.g. "--quant q4 --depth 0,4096").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 lmx_cmake_pc=()
@@ -25,6 +25,6 @@ for rep in 1 2; do
     for v in "$@"; do
         name=${v%%:*}
         printf '%s (%s) run %d: ' "$name" "${v#*:}" "$rep"
-        "build-v-$name/gpu_bench" "$d" --decode-only --gen 128 ${BENCH_ARGS:-} 2>&1 | tail -1
+        "build-v-$name/gpu_bench" "$d" --decode-only --gen 128 ${BENCH_ARGS:-} 2>&1 | grep -E "^decode at|rror" | tr "\n" " "; echo
     done
 done

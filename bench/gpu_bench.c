@@ -214,10 +214,11 @@ static double decode(lmx_model *m, int depth, int gen, int chunk, float *logits)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: gpu_bench DIR [--chunk N] [--gen N] [--gpus N] [--quant q8|q4] [--decode-only [--depth N]]\n");
+        fprintf(stderr, "usage: gpu_bench DIR [--chunk N] [--gen N] [--gpus N] [--quant q8|q4] [--decode-only [--depth N[,N...]]]\n");
         return 2;
     }
-    int chunk = 512, gen = 64, profile = 0, gpus = 0, depth = 0, quant = 0;
+    int chunk = 512, gen = 64, profile = 0, gpus = 0, quant = 0;
+    const char *depths = "0";
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--decode-only")) /* decode only, at --depth: variants, profilers */
             profile = 1;
@@ -226,7 +227,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--gen") && i + 1 < argc)
             gen = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--depth") && i + 1 < argc)
-            depth = atoi(argv[++i]);
+            depths = argv[++i];
         else if (!strcmp(argv[i], "--gpus") && i + 1 < argc) /* tensor parallel (docs/multi-gpu.md) */
             gpus = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quant") && i + 1 < argc) { /* quantized on load (docs/quantization.md) */
@@ -259,7 +260,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < c->n_layers; i++)
         kv4096 += kv_row * (c->layers[i].window && c->layers[i].window < 4096 ? c->layers[i].window : 4096);
     if (profile) {
-        printf("decode at depth %d: %.1f tok/s\n", depth, decode(m, depth, gen, chunk, logits));
+        for (const char *d = depths; d; d = strchr(d, ','), d = d ? d + 1 : NULL) /* one load, several depths */
+            printf("decode at depth %d: %.1f tok/s\n", atoi(d), decode(m, atoi(d), gen, chunk, logits));
         lmx_close(m);
         return 0;
     }

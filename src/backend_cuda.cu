@@ -116,12 +116,12 @@ struct cuda_backend {
     size_t xq_cap;
     float *xqd;
     size_t xqd_cap;
-    /* q8/q4 decode: the quantized copy of a norm's output (norm_quant) */
+    /* q8/q4 decode: the quantized copy of an op's output (quant_copy) */
     int8_t *hq;
     size_t hq_cap;
     float *hqd;
     size_t hqd_cap;
-    const lmx_tensor *hq_of; /* the norm output it copies; NULL: none */
+    const lmx_tensor *hq_of; /* the output it copies; NULL: none */
     int hq_rows;
     xquant hq_q;
     float *part;
@@ -431,16 +431,17 @@ float *f32(const lmx_tensor *t) { return (float *)t->data; }
 
 /* Ops ---------------------------------------------------------------------- */
 
-/* With q8/q4 weights, a norm whose output a GEMV reads next (decode rows)
- * also writes it quantized, so that x's quantization needs no launch of
- * its own; q.xq NULL: not this time. Any other write of that output drops
- * the copy (wrote). */
-xquant norm_quant(cuda_backend *b, const lmx_tensor *out, int n_rows, int whole_rows)
+/* With q8/q4 weights, an op whose output a GEMV reads next (decode rows:
+ * the norms, attention) also writes it quantized, so that x's
+ * quantization needs no launch of its own; whole_groups: its kernel sees
+ * every quantization group of a row whole. q.xq NULL: not this time. Any
+ * other write of that output drops the copy (wrote). */
+xquant quant_copy(cuda_backend *b, const lmx_tensor *out, int n_rows, int whole_groups)
 {
     xquant q = {};
     b->hq_of = NULL;
     int G = lmx_quant_group(out->cols);
-    if (!b->quant || !whole_rows || n_rows > GEMV_ROWS || !G)
+    if (!b->quant || !whole_groups || n_rows > GEMV_ROWS || !G)
         return q;
     size_t ng = (size_t)n_rows * (out->cols / G);
     if (!grow(b, &b->hq, &b->hq_cap, (size_t)n_rows * out->cols, "quantized norm") ||
@@ -456,7 +457,7 @@ xquant norm_quant(cuda_backend *b, const lmx_tensor *out, int n_rows, int whole_
 /* Prefill: an op writing n_rows of t also writes them in bf16 to xbf, the
  * tensor-core products' input, so that a product reading t next converts
  * nothing. NULL: not this time (decode rows, or no room). Touches only
- * xbf's record (norm_quant keeps the quantized one). */
+ * xbf's record (quant_copy keeps the quantized one). */
 __nv_bfloat16 *bf16_copy(cuda_backend *b, const lmx_tensor *t, int n_rows)
 {
     if (b->xbf_of == t)
@@ -519,7 +520,7 @@ void cuda_rmsnorm(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, const l
     if (!threads)
         return;
     __nv_bfloat16 *ob = bf16_copy(b, out, n_rows);
-    xquant q = norm_quant(b, out, n_rows, dim == x->cols);
+    xquant q = quant_copy(b, out, n_rows, dim == x->cols);
     launch(b, V == 2 ? k_rmsnorm<2> : k_rmsnorm<8>, (unsigned)n_vec, threads, 0, f32(out), ob, f32(x), w->data,
            w->dtype, dim, eps, plus_one, q);
     launched(b, "rmsnorm");
@@ -861,15 +862,17 @@ void attention_decode(cuda_backend *b, lmx_tensor *out, const lmx_tensor *q, con
     if (nsplit > 1 &&
         !grow(b, &b->part, &b->part_cap, (size_t)p->n_rows * p->n_heads * nsplit * (hd + 2), "attention splits"))
         return;
+    int G = lmx_quant_group(out->cols);
+    xquant oq = quant_copy(b, out, p->n_rows, G && hd % G == 0); /* for the o GEMV */
     dim3 grid((unsigned)groups, (unsigned)nsplit);
     auto k = HD == 64 ? k_attn_dec<64> : HD == 128 ? k_attn_dec<128> : k_attn_dec<256>;
-    launch(b, k, grid, DEC_WARPS * 32, dec_shm(HD), f32(out), b->part, f32(q), (const bf16 *)kc->data,
+    launch(b, k, grid, DEC_WARPS * 32, dec_shm(HD), f32(out), oq, b->part, f32(q), (const bf16 *)kc->data,
            (const bf16 *)vc->data, kc->rows, p->n_heads, p->n_kv_heads, hd, p->window, p->scale, p->softcap, dpos,
            p->pos0, p->n_rows);
     launched(b, "attention");
     if (nsplit > 1) { /* a few hundred splits at most: their weights fit the default shared memory */
         launch(b, k_attn_merge, dim3(p->n_heads, p->n_rows), MERGE_THREADS, merge_shm(nsplit),
-               f32(out), b->part, p->n_heads, hd, nsplit, p->window, dpos, p->pos0, p->n_rows);
+               f32(out), oq, b->part, p->n_heads, hd, nsplit, p->window, dpos, p->pos0, p->n_rows);
         launched(b, "attention merge");
     }
 }
@@ -938,7 +941,7 @@ void cuda_residual_norm(lmx_backend *be, lmx_tensor *x, lmx_tensor *h, lmx_tenso
     if (!threads)
         return;
     __nv_bfloat16 *hb = bf16_copy(b, h, n_rows);
-    xquant q = norm_quant(b, h, n_rows, 1);
+    xquant q = quant_copy(b, h, n_rows, 1);
     launch(b, V == 2 ? k_residual_norm<2> : k_residual_norm<8>, (unsigned)n_rows, threads, 0, f32(x), f32(h), hb,
            f32(y), post ? post->data : NULL, post ? (int)post->dtype : 0, next->data, (int)next->dtype, dim, eps,
            plus_one, q);

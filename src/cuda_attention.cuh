@@ -254,11 +254,12 @@ size_t dec_shm(int HD) { return (size_t)(16 + DEC_WARPS * 4 * DEC_KEYS) * (HD + 
  * streams its chunks with asynchronous copies, two in flight, and keeps an
  * online softmax on the tensor cores (attn_tile); the warps merge in
  * shared memory, then the block writes the output (when one split holds
- * every key) or its (acc, m, l) for k_attn_merge. */
+ * every key; with oq.xq also quantized for a q8/q4 GEMV, by quant4) or its
+ * (acc, m, l) for k_attn_merge. */
 template <int HD>
 __global__ void __launch_bounds__(DEC_WARPS * 32)
-    k_attn_dec(float *out, float *part, const float *q, const bf16 *kc, const bf16 *vc, int slots, int H, int KVH,
-               int hd, int window, float scale, float softcap, const int *dpos, int pos0, int n_rows)
+    k_attn_dec(float *out, xquant oq, float *part, const float *q, const bf16 *kc, const bf16 *vc, int slots, int H,
+               int KVH, int hd, int window, float scale, float softcap, const int *dpos, int pos0, int n_rows)
 {
     pdl_trigger();
     pdl_wait();
@@ -326,42 +327,56 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         }
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < 16 * hd; i += blockDim.x) {
-        int r = i / hd, d = i % hd, f = f0 + r;
-        if (f >= nq)
-            break;
-        float M = -INFINITY, L = 0, A = 0;
-        for (int w = 0; w < DEC_WARPS; w++)
-            M = fmaxf(M, ws[(w * 16 + r) * ldw + hd]);
-        for (int w = 0; w < DEC_WARPS; w++) {
-            const float *row = ws + (w * 16 + r) * ldw;
-            float wt = row[hd] == -INFINITY ? 0.0f : exp2f(row[hd] - M);
-            L += wt * row[hd + 1];
-            A += wt * row[d];
+    /* four dimensions of a row a thread (a warp covers whole quantization
+     * groups); rows past the group's compute nothing but still take part
+     * in quant4's shuffles */
+    for (int i = threadIdx.x; i < 4 * hd; i += blockDim.x) {
+        int r = i / (hd / 4), d = i % (hd / 4) * 4, f = f0 + r;
+        bool valid = f < nq;
+        float M = -INFINITY, L = 1, A[4] = {0, 0, 0, 0};
+        if (valid) {
+            L = 0;
+            for (int w = 0; w < DEC_WARPS; w++)
+                M = fmaxf(M, ws[(w * 16 + r) * ldw + hd]);
+            for (int w = 0; w < DEC_WARPS; w++) {
+                const float *row = ws + (w * 16 + r) * ldw;
+                float wt = row[hd] == -INFINITY ? 0.0f : exp2f(row[hd] - M);
+                L += wt * row[hd + 1];
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    A[j] += wt * row[d + j];
+            }
         }
-        size_t qi = (size_t)(f / G) * H + kvh * G + f % G; /* (query row, head) */
+        size_t qi = valid ? (size_t)(f / G) * H + kvh * G + f % G : 0; /* (query row, head) */
         if (active == 1) { /* no merge needed */
-            out[qi * hd + d] = A / L;
+            float4 o = make_float4(A[0] / L, A[1] / L, A[2] / L, A[3] / L);
+            if (valid)
+                *(float4 *)(out + qi * hd + d) = o;
+            if (oq.xq)
+                quant4(oq, o, (int)(qi / H), (int)(qi % H) * hd + d, H * hd, valid);
             continue;
         }
         /* a split that saw no key of this row: M = -inf, L = A = 0 */
-        part[(qi * nsplit + s) * hd + d] = A;
-        if (d == 0)
-            ((float2 *)(part + (size_t)n_rows * H * nsplit * hd))[qi * nsplit + s] = make_float2(M, L);
+        if (valid) {
+            *(float4 *)(part + (qi * nsplit + s) * hd + d) = make_float4(A[0], A[1], A[2], A[3]);
+            if (d == 0)
+                ((float2 *)(part + (size_t)n_rows * H * nsplit * hd))[qi * nsplit + s] = make_float2(M, L);
+        }
     }
 }
 
 /* Merges the active splits of k_attn_dec: one block of MERGE_THREADS per
  * (head, query row). The splits' (m, l) pairs give their weights; then
  * each thread sums four dimensions over every few splits (all its loads
- * in flight together) and the block adds those partial sums. part holds
- * every split's output [row][head][split][hd], then their (m, l) pairs. */
+ * in flight together) and the block adds those partial sums (oq.xq: the
+ * output quantized too). part holds every split's output
+ * [row][head][split][hd], then their (m, l) pairs. */
 enum { MERGE_THREADS = 256 };
 size_t merge_shm(int nsplit) { return (nsplit + 32 + MERGE_THREADS * 4) * sizeof(float); }
 
-__global__ void __launch_bounds__(MERGE_THREADS) k_attn_merge(float *out, const float *part, int H, int hd,
-                                                               int nsplit, int window, const int *dpos, int pos0,
-                                                               int n_rows)
+__global__ void __launch_bounds__(MERGE_THREADS) k_attn_merge(float *out, xquant oq, const float *part, int H,
+                                                               int hd, int nsplit, int window, const int *dpos,
+                                                               int pos0, int n_rows)
 {
     pdl_trigger();
     pdl_wait();
@@ -409,8 +424,11 @@ __global__ void __launch_bounds__(MERGE_THREADS) k_attn_merge(float *out, const 
             a.w += v.w;
         }
         float inv = 1.0f / L;
-        ((float4 *)(out + qi * hd))[col] = make_float4(a.x * inv, a.y * inv, a.z * inv, a.w * inv);
+        a = make_float4(a.x * inv, a.y * inv, a.z * inv, a.w * inv);
+        ((float4 *)(out + qi * hd))[col] = a;
     }
+    if (oq.xq && threadIdx.x < (c4 + 31) / 32 * 32) /* whole warps: quant4 shuffles */
+        quant4(oq, a, blockIdx.y, blockIdx.x * hd + col * 4, H * hd, g == 0);
 }
 
 /* Prefill, tensor cores ----------------------------------------------------- */

@@ -100,6 +100,43 @@ static float same(pair *p, const both *b, int n, float tol, const char *what)
     return rel;
 }
 
+/* Float32 rows [rows, cols] copied into activation t of backend be, one
+ * row at a time (a one-row weight stays float on a quantizing backend). */
+static void copy_in(lmx_backend *be, lmx_tensor *t, const float *data, int rows, int cols)
+{
+    for (int r = 0; r < rows; r++) {
+        lmx_st_tensor row = {.name = "t", .dtype = LMX_DT_F32, .ndim = 2, .shape = {1, cols},
+                             .data = (void *)(data + (size_t)r * cols), .nbytes = (size_t)cols * 4, .file = "test"};
+        lmx_error err = {0};
+        lmx_tensor *w = be->ops->weight(be, &row, NULL, &err);
+        CHECK(w != NULL, "weight: %s", err.message);
+        if (!w)
+            return;
+        be->ops->copy_rows(be, t, r, w, 0, 1);
+        be->ops->free(be, w);
+    }
+}
+
+/* Given float32 data (taken over: freed by drop), activations on both
+ * backends. */
+static both bound(pair *p, int rows, int cols, float *data)
+{
+    both b = output(p, rows, cols);
+    b.host = data;
+    copy_in(p->gpu, b.g, data, rows, cols);
+    copy_in(p->cpu, b.c, data, rows, cols);
+    return b;
+}
+
+/* Random float32 activations [rows, cols]. */
+static both activations(pair *p, int rows, int cols, float amp)
+{
+    float *data = malloc((size_t)rows * cols * 4);
+    for (size_t i = 0; i < (size_t)rows * cols; i++)
+        data[i] = frand() * amp;
+    return bound(p, rows, cols, data);
+}
+
 static void check_matmul(pair *p)
 {
     const lmx_dtype dts[] = {LMX_DT_BF16, LMX_DT_F16, LMX_DT_F32};
@@ -215,20 +252,6 @@ static void check_elementwise(pair *p, int D, int hd)
     drop(p, &h);
 }
 
-/* Random float32 rows [rows, cols] made one row at a time (a one-row
- * weight stays float on a quantizing backend), copied into an activation. */
-static both activations(pair *p, int rows, int cols, float amp)
-{
-    both x = output(p, rows, cols);
-    for (int r = 0; r < rows; r++) {
-        both row = input(p, 1, cols, LMX_DT_F32, amp);
-        p->cpu->ops->copy_rows(p->cpu, x.c, r, row.c, 0, 1);
-        p->gpu->ops->copy_rows(p->gpu, x.g, r, row.g, 0, 1);
-        drop(p, &row);
-    }
-    return x;
-}
-
 /* Backends that quantize (q8 or q4) on both sides: the same packed weights
  * (one quantizer). Decode rows: both quantize x to 8 bits per group alike;
  * prefill rows: the GPU runs bf16 activations against the weights
@@ -296,19 +319,6 @@ static void check_quantized(pair *p, int bits)
     }
 }
 
-/* Given float32 data (taken over: freed by drop) bound on both backends. */
-static both bound(pair *p, int rows, int cols, float *data)
-{
-    lmx_st_tensor t = {.name = "t", .dtype = LMX_DT_F32, .ndim = 2, .shape = {rows, cols}, .data = data,
-                       .nbytes = (size_t)rows * cols * 4, .file = "test"};
-    lmx_error err = {0};
-    both b = {NULL, NULL, rows, cols, data};
-    b.g = p->gpu->ops->weight(p->gpu, &t, NULL, &err); /* the GPU first, as input() */
-    b.c = p->cpu->ops->weight(p->cpu, &t, NULL, &err);
-    CHECK(b.c && b.g, "weight: %s", err.message);
-    return b;
-}
-
 /* The first rows of a CPU tensor, rounded to bf16 values (as float32). */
 static float *cpu_rounded(pair *p, const lmx_tensor *t, int rows, int cols)
 {
@@ -324,16 +334,31 @@ static float *cpu_rounded(pair *p, const lmx_tensor *t, int rows, int cols)
 static void round_cpu_cache(pair *p, lmx_tensor *cache, int rows, int cols)
 {
     float *h = cpu_rounded(p, cache, rows, cols);
-    lmx_st_tensor t = {.name = "t", .dtype = LMX_DT_F32, .ndim = 2, .shape = {rows, cols}, .data = h,
-                       .nbytes = (size_t)rows * cols * 4, .file = "test"};
-    lmx_error err = {0};
-    lmx_tensor *w = p->cpu->ops->weight(p->cpu, &t, NULL, &err);
-    CHECK(w != NULL, "weight: %s", err.message);
-    if (w) {
-        p->cpu->ops->copy_rows(p->cpu, cache, 0, w, 0, rows);
-        p->cpu->ops->free(p->cpu, w);
-    }
+    copy_in(p->cpu, cache, h, rows, cols);
     free(h);
+}
+
+/* Positions 0 .. fill - 1 of both backends' caches written by qk_prepare
+ * (q/k norms, RoPE with two settings, q's rows rewritten in place), then
+ * the CPU's float32 cache rounded to bf16 as the GPU's holds it. */
+static void fill_caches(pair *p, both *q, both *kc, both *vc, int hd, int fill, int plus_one)
+{
+    const lmx_rope ropes[] = {{1e6f, 1.0f}, {1e4f, 8.0f}};
+    int kv = kc->cols;
+    both qn = input(p, 1, hd, LMX_DT_BF16, 1.0f), kn = input(p, 1, hd, LMX_DT_BF16, 1.0f);
+    for (int pos = 0; pos < fill; pos += 100) {
+        both k = activations(p, 100, kv, 1.0f), v = activations(p, 100, kv, 1.0f);
+        lmx_rope rope = ropes[pos / 100 % 2];
+        p->cpu->ops->qk_prepare(p->cpu, q->c, k.c, v.c, qn.c, kn.c, kc->c, vc->c, 100, hd, pos, rope, 1e-6f, plus_one);
+        p->gpu->ops->qk_prepare(p->gpu, q->g, k.g, v.g, qn.g, kn.g, kc->g, vc->g, 100, hd, pos, rope, 1e-6f, plus_one);
+        same(p, q, 100, 1e-5f, "qk_prepare: q");
+        drop(p, &k);
+        drop(p, &v);
+    }
+    round_cpu_cache(p, kc->c, kc->rows, kv);
+    round_cpu_cache(p, vc->c, vc->rows, kv);
+    drop(p, &qn);
+    drop(p, &kn);
 }
 
 /* Attention over a cache filled by qk_prepare (q/k norms, RoPE at large
@@ -365,7 +390,6 @@ static void check_attention(pair *p)
                  {3, -3, 100, 30}, {1, 0, 0, 0},     {6, 0, 0, 0},    {1, 300, 0, 0}, {4, 296, 0, 0},
                  {7, 400, 50, 0},  {9, 0, 0, 0},     {130, 0, 0, 0},  {64, -64, 1000, 0}, {64, -64, 300, 30},
                  {77, -77, 0, 0},  {300, -300, 800, 0}};
-    const lmx_rope ropes[] = {{1e6f, 1.0f}, {1e4f, 8.0f}};
     const int n_cases = (int)(sizeof cases / sizeof *cases), n_q = 300;
     for (int c = 0; c < (int)(sizeof cfgs / sizeof *cfgs); c++) {
         int hd = cfgs[c].hd, H = cfgs[c].H, KVH = cfgs[c].KVH, slots = cfgs[c].slots, fill = cfgs[c].fill;
@@ -377,18 +401,7 @@ static void check_attention(pair *p)
                    slots, kv, NULL};
         CHECK(kc.c && kc.g && vc.c && vc.g, "caches: %s", err.message);
         both o = output(p, n_q, H * hd), q = input(p, n_q, H * hd, LMX_DT_F32, 1.0f);
-        both qn = input(p, 1, hd, LMX_DT_BF16, 1.0f), kn = input(p, 1, hd, LMX_DT_BF16, 1.0f);
-        for (int pos = 0; pos < fill; pos += 100) {
-            both k = input(p, 100, kv, LMX_DT_F32, 1.0f), v = input(p, 100, kv, LMX_DT_F32, 1.0f);
-            lmx_rope rope = ropes[pos / 100 % 2];
-            p->cpu->ops->qk_prepare(p->cpu, q.c, k.c, v.c, qn.c, kn.c, kc.c, vc.c, 100, hd, pos, rope, 1e-6f, c & 1);
-            p->gpu->ops->qk_prepare(p->gpu, q.g, k.g, v.g, qn.g, kn.g, kc.g, vc.g, 100, hd, pos, rope, 1e-6f, c & 1);
-            same(p, &q, 100, 1e-5f, "qk_prepare: q");
-            drop(p, &k);
-            drop(p, &v);
-        }
-        round_cpu_cache(p, kc.c, slots, kv);
-        round_cpu_cache(p, vc.c, slots, kv);
+        fill_caches(p, &q, &kc, &vc, hd, fill, c & 1);
         both qr = bound(p, n_q, H * hd, cpu_rounded(p, q.c, n_q, H * hd));
         float worst[2] = {0, 0}; /* decode, prefill */
         for (int k = 0; k < n_cases; k++) {
@@ -412,9 +425,43 @@ static void check_attention(pair *p)
         drop(p, &o);
         drop(p, &q);
         drop(p, &qr);
-        drop(p, &qn);
-        drop(p, &kn);
     }
+}
+
+/* Decode rows from attention into a q8/q4 GEMV: the attention kernels
+ * hand the GEMV its input quantized (one split writing the output, and
+ * several merged), as check_quantized's norms do. */
+static void check_attention_quantized(pair *p, int bits)
+{
+    const int hd = 128, H = 8, KVH = 2, slots = 600, kv = KVH * hd, N = 256;
+    const int cases[][2] = {{1, 599}, {3, 597}, {1, 5}}; /* rows, first position: merged splits, merged, one */
+    lmx_error err = {0};
+    both kc = {p->cpu->ops->alloc(p->cpu, slots, kv, &err), p->gpu->ops->alloc_cache(p->gpu, slots, kv, &err),
+               slots, kv, NULL};
+    both vc = {p->cpu->ops->alloc(p->cpu, slots, kv, &err), p->gpu->ops->alloc_cache(p->gpu, slots, kv, &err),
+               slots, kv, NULL};
+    CHECK(kc.c && kc.g && vc.c && vc.g, "caches: %s", err.message);
+    both q = activations(p, 100, H * hd, 1.0f), a = output(p, 8, H * hd), y = output(p, 8, N);
+    both w = input(p, N, H * hd, LMX_DT_BF16, 0.05f);
+    fill_caches(p, &q, &kc, &vc, hd, slots, 0);
+    both qr = bound(p, 100, H * hd, cpu_rounded(p, q.c, 100, H * hd));
+    for (int k = 0; k < 3; k++) {
+        lmx_attn_params ap = {cases[k][0], cases[k][1], H, KVH, hd, 0, 1.0f / sqrtf((float)hd), 0};
+        p->cpu->ops->attention(p->cpu, a.c, qr.c, kc.c, vc.c, &ap);
+        p->gpu->ops->attention(p->gpu, a.g, qr.g, kc.g, vc.g, &ap);
+        p->cpu->ops->matmul(p->cpu, y.c, a.c, w.c, ap.n_rows);
+        p->gpu->ops->matmul(p->gpu, y.g, a.g, w.g, ap.n_rows);
+        char what[96];
+        snprintf(what, sizeof what, "q%d matmul of attention rows %d at %d", bits, ap.n_rows, ap.pos0);
+        same(p, &y, ap.n_rows, 1e-2f, what);
+    }
+    drop(p, &kc);
+    drop(p, &vc);
+    drop(p, &q);
+    drop(p, &qr);
+    drop(p, &a);
+    drop(p, &y);
+    drop(p, &w);
 }
 
 /* Fixtures: logits against transformers -------------------------------------- */
@@ -619,8 +666,10 @@ int main(void)
         if (q.cpu)
             q.gpu = lmx_backend_cuda_new(0, bits, &err);
         CHECK(q.cpu && q.gpu, "quantizing backends: %s", err.message);
-        if (q.cpu && q.gpu)
+        if (q.cpu && q.gpu) {
             check_quantized(&q, bits);
+            check_attention_quantized(&q, bits);
+        }
         if (q.gpu)
             q.gpu->ops->destroy(q.gpu);
         if (q.cpu)
