@@ -130,8 +130,7 @@ double run_shape(const shape &sh, int bits, const variant &v, void **w, __half *
         for (int i = 0; i < sh.n; i++) {
             size_t idx = (size_t)l * LMX_MAX_MULTI + i;
             s.w[i] = w[idx];
-            s.sc[i] = bits ? sc[idx] : NULL;
-            s.bi[i] = bits ? sc[idx] + (size_t)sh.rows[i] * x.ng : NULL;
+            s.sb[i] = bits ? (const __half2 *)sc[idx] : NULL;
             s.out[i] = out[i];
             s.end[i] = (i ? s.end[i - 1] : 0) + sh.rows[i];
             *bytes += (size_t)sh.rows[i] * sh.K * (bits ? bits : 16) / 8 + (bits ? 4 * (size_t)sh.rows[i] * x.ng : 0);
@@ -174,19 +173,20 @@ template <typename F> void bench(const model_shapes &m, int bits)
         for (int i = 0; i < sh.n; i++)
             rmax = sh.rows[i] > rmax ? sh.rows[i] : rmax;
     }
-    float *xf, *out[LMX_MAX_MULTI], *xd;
+    float *xf, *out[LMX_MAX_MULTI];
+    float2 *xd;
     int8_t *xq;
     CK(cudaMalloc(&xf, kmax * sizeof(float)));
     CK(cudaMemset(xf, 0, kmax * sizeof(float)));
     CK(cudaMalloc(&xq, kmax));
     CK(cudaMemset(xq, 1, kmax));
-    CK(cudaMalloc(&xd, 2 * kmax * sizeof(float)));
-    CK(cudaMemset(xd, 0, 2 * kmax * sizeof(float)));
+    CK(cudaMalloc(&xd, kmax * sizeof(float2)));
+    CK(cudaMemset(xd, 0, kmax * sizeof(float2)));
     for (int i = 0; i < LMX_MAX_MULTI; i++)
         CK(cudaMalloc(&out[i], rmax * sizeof(float)));
     for (const shape &sh : m.s) {
         int G = sh.K % 64 == 0 ? 64 : 32;
-        xin x = {xf, xq, xd, xd + kmax, sh.K, G == 32 ? 5 : 6, bits ? sh.K / G : 0};
+        xin x = {xf, xq, xd, sh.K, G == 32 ? 5 : 6, bits ? sh.K / G : 0};
         size_t nw = (size_t)sh.layers * LMX_MAX_MULTI;
         void **w = (void **)calloc(nw, sizeof *w);
         __half **sc = (__half **)calloc(nw, sizeof *sc);

@@ -39,7 +39,7 @@ struct lmx_tensor {
     lmx_dtype dtype; /* float32 for activations; the stored dtype for weights */
     void *data;      /* device memory, owned */
     int bits, group; /* q8/q4 weights: 8 or 4, and the group (0: float) */
-    __half *scales, *biases; /* q8/q4: rows x cols / group each, inside data's allocation */
+    __half2 *sb; /* q8/q4: (scale, bias) pairs, rows x cols / group, inside data's allocation */
 };
 
 namespace {
@@ -114,12 +114,12 @@ struct cuda_backend {
     int xbf_rows;
     int8_t *xq; /* q8/q4 GEMV: x quantized (k_quant_x), then its steps and sums */
     size_t xq_cap;
-    float *xqd;
+    float2 *xqd;
     size_t xqd_cap;
     /* q8/q4 decode: the quantized copy of an op's output (quant_copy) */
     int8_t *hq;
     size_t hq_cap;
-    float *hqd;
+    float2 *hqd;
     size_t hqd_cap;
     const lmx_tensor *hq_of; /* the output it copies; NULL: none */
     int hq_rows;
@@ -279,9 +279,10 @@ void quant_task(void *ctx, int task, int)
 }
 
 /* The q8/q4 form of rows x cols floats of dtype dt at src (row stride ld
- * elements) in one host buffer of *bytes: packed values, scales, biases
- * (docs/quantization.md). The CPU backend's quantizer, on the backend's
- * host threads, so that both backends hold the same values. */
+ * elements) in one host buffer of *bytes: packed values, then each group's
+ * (scale, bias) pair (docs/quantization.md's scales and biases, paired
+ * so that a GEMV loads both at once). The CPU backend's quantizer, on the
+ * backend's host threads, so that both backends hold the same values. */
 void *quantize_host(cuda_backend *b, const char *src, lmx_dtype dt, int rows, int cols, int ld, int group,
                     size_t *bytes)
 {
@@ -308,6 +309,15 @@ void *quantize_host(cuda_backend *b, const char *src, lmx_dtype dt, int rows, in
                              (const uint16_t *)(q + qbytes), (const uint16_t *)(q + qbytes) + ng, group};
         quant_job j = {&from, &to, b->quant_rows};
         lmx_pool_run(b->pool, (rows + QUANT_ROWS - 1) / QUANT_ROWS, quant_task, &j);
+        uint16_t *sc = (uint16_t *)(q + qbytes), *pairs = (uint16_t *)malloc(2 * ng * sizeof *pairs);
+        ok = pairs != NULL;
+        for (size_t g = 0; ok && g < ng; g++) {
+            pairs[2 * g] = sc[g];
+            pairs[2 * g + 1] = sc[ng + g];
+        }
+        if (ok)
+            memcpy(sc, pairs, 2 * ng * sizeof *pairs);
+        free(pairs);
     }
     if (dense != src)
         free(dense);
@@ -333,7 +343,7 @@ lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice
         lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    *w = lmx_tensor{s.rows, s.cols, t->dtype, NULL, 0, 0, NULL, NULL};
+    *w = lmx_tensor{s.rows, s.cols, t->dtype, NULL, 0, 0, NULL};
     size_t es = lmx_dtype_size(t->dtype), row = (size_t)s.cols * es, bytes = row * (size_t)s.rows;
     const char *src = (const char *)t->data + ((size_t)s.row0 * cols + s.col0) * es;
     int group = b->quant && t->ndim >= 2 && s.rows >= 2 ? lmx_quant_group(s.cols) : 0;
@@ -346,8 +356,7 @@ lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice
         size_t qbytes = (size_t)s.rows * lmx_quant_row_bytes(s.cols, b->quant);
         w->bits = b->quant;
         w->group = group;
-        w->scales = (__half *)((char *)w->data + qbytes);
-        w->biases = w->scales + (size_t)s.rows * (s.cols / group);
+        w->sb = (__half2 *)((char *)w->data + qbytes);
     } else if (e == cudaSuccess && bytes) { /* only the slice is read; on the backend's stream, before every kernel */
         e = cudaMemcpy2DAsync(w->data, row, src, (size_t)cols * es, row, (size_t)s.rows, cudaMemcpyHostToDevice,
                               b->stream);
@@ -367,7 +376,7 @@ lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice
 }
 
 /* A weight as the kernels take it. */
-wview view(const lmx_tensor *t) { return wview{t->data, t->scales, t->biases, (int)t->dtype, t->bits, t->group, t->cols}; }
+wview view(const lmx_tensor *t) { return wview{t->data, t->sb, (int)t->dtype, t->bits, t->group, t->cols}; }
 
 /* A zeroed [rows, cols] tensor of dtype dt (float32 or bf16). */
 lmx_tensor *alloc_zeroed(lmx_backend *be, int rows, int cols, lmx_dtype dt, const char *what, lmx_error *err)
@@ -445,9 +454,9 @@ xquant quant_copy(cuda_backend *b, const lmx_tensor *out, int n_rows, int whole_
         return q;
     size_t ng = (size_t)n_rows * (out->cols / G);
     if (!grow(b, &b->hq, &b->hq_cap, (size_t)n_rows * out->cols, "quantized norm") ||
-        !grow(b, &b->hqd, &b->hqd_cap, 2 * ng, "quantized norm steps"))
+        !grow(b, &b->hqd, &b->hqd_cap, ng, "quantized norm steps"))
         return q;
-    q = xquant{b->hq, b->hqd, b->hqd + ng, G, b->quant == 4};
+    q = xquant{b->hq, b->hqd, G, b->quant == 4};
     b->hq_of = out;
     b->hq_rows = n_rows;
     b->hq_q = q;
@@ -587,25 +596,23 @@ void gemv_one_format(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_
     s.n = n;
     for (int i = 0; i < n; i++) {
         s.w[i] = ws[i]->data;
-        s.sc[i] = ws[i]->scales;
-        s.bi[i] = ws[i]->biases;
+        s.sb[i] = ws[i]->sb;
         s.out[i] = f32(outs[i]) + row0 * outs[i]->cols;
         s.end[i] = (i ? s.end[i - 1] : 0) + ws[i]->rows;
     }
-    xin xi = {x, NULL, NULL, NULL, K, w->group == 32 ? 5 : 6, w->group ? K / w->group : 0};
+    xin xi = {x, NULL, NULL, K, w->group == 32 ? 5 : 6, w->group ? K / w->group : 0};
     if (w->bits) {
         xquant q = b->hq_q; /* the norm that wrote x quantized it already */
         if (b->hq_of != xt || row0 || nr > b->hq_rows || w->group != q.G) {
             size_t ng = (size_t)nr * xi.ng;
             if (!grow(b, &b->xq, &b->xq_cap, (size_t)nr * K, "quantized x") ||
-                !grow(b, &b->xqd, &b->xqd_cap, 2 * ng, "quantized x steps"))
+                !grow(b, &b->xqd, &b->xqd_cap, ng, "quantized x steps"))
                 return;
-            q = xquant{b->xq, b->xqd, b->xqd + ng, w->group, w->bits == 4};
+            q = xquant{b->xq, b->xqd, w->group, w->bits == 4};
             launch(b, k_quant_x, blocks_for((size_t)nr * K / 4, 256), 256, 0, q, x, K, nr);
         }
         xi.xq = q.xq;
-        xi.xd = q.xd;
-        xi.xs = q.xs;
+        xi.xds = q.xds;
         if (w->bits == 8)
             gemv_gated<fmt_quant<8>>(b, s, xi, nr, gated, gelu);
         else

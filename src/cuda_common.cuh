@@ -35,11 +35,11 @@ __device__ __forceinline__ float load_w(const void *w, int dt, size_t i)
 }
 
 /* A weight matrix [rows, cols] as kernels see it: a float dtype, or q8/q4
- * (bits 8 or 4; docs/quantization.md) with float16 scales and biases a
+ * (bits 8 or 4; docs/quantization.md) with a float16 (scale, bias) pair a
  * group of `group` elements. */
 struct wview {
     const void *data;
-    const __half *scales, *biases;
+    const __half2 *sb;
     int dt, bits, group, cols;
 };
 
@@ -51,7 +51,8 @@ __device__ __forceinline__ float wview_at(const wview &w, size_t r, int c)
     const uint8_t *q = (const uint8_t *)w.data + r * (size_t)w.cols * w.bits / 8;
     int v = w.bits == 8 ? q[c] : (q[c / 2] >> (4 * (c & 1))) & 15;
     size_t g = r * (size_t)(w.cols / w.group) + c / w.group;
-    return __half2float(w.scales[g]) * (float)v + __half2float(w.biases[g]);
+    float2 sb = __half22float2(w.sb[g]);
+    return sb.x * (float)v + sb.y;
 }
 
 __device__ __forceinline__ float warp_sum(float v)
@@ -99,12 +100,13 @@ __device__ __forceinline__ float norm_w(const void *w, int dt, int j, int plus_o
 }
 
 /* Rows of K floats quantized per weight group of G (32 or 64) for the
- * q8/q4 GEMV: xq [rows, K], and per group the step xd and xs = xd * (sum
- * of the group's xq), ng = K / G a row. q4order: every run of 8 values
- * stored evens, then odds, as the nibbles of a weight word pair them. */
+ * q8/q4 GEMV: xq [rows, K], and per group the pair xds = (step xd,
+ * xs = xd * the sum of the group's xq), ng = K / G a row (one 8-byte load
+ * for the GEMV). q4order: every run of 8 values stored evens, then odds,
+ * as the nibbles of a weight word pair them. */
 struct xquant {
     int8_t *xq;
-    float *xd, *xs;
+    float2 *xds;
     int G, q4order;
 };
 
@@ -133,8 +135,7 @@ __device__ __forceinline__ void quant4(const xquant &q, float4 h, int r, int e, 
         sum += __shfl_xor_sync(0xffffffffu, sum, o);
     if (valid && e % q.G == 0) {
         size_t g = (size_t)r * (K / q.G) + e / q.G;
-        q.xd[g] = mx / 127.0f;
-        q.xs[g] = mx / 127.0f * (float)sum;
+        q.xds[g] = make_float2(mx / 127.0f, mx / 127.0f * (float)sum);
     }
 }
 

@@ -53,10 +53,10 @@ template <> struct wvec<float> {
 enum { GEMV_WARPS = LMX_GEMV_WARPS, GEMV_UNROLL = LMX_GEMV_UNROLL };
 
 /* One weight row as a GEMV streams it: 16-byte chunks, and for q8/q4 the
- * row's group scales and biases. */
+ * row's group (scale, bias) pairs. */
 struct wrow {
     const uint4 *w;
-    const __half *s, *b;
+    const __half2 *sb;
 };
 
 /* What a GEMV multiplies: nr rows of K floats and, for q8/q4 weights, the
@@ -64,7 +64,7 @@ struct wrow {
 struct xin {
     const float *x;
     const int8_t *xq;
-    const float *xd, *xs;
+    const float2 *xds;
     int K, gshift, ng;
 };
 
@@ -110,7 +110,8 @@ template <int BITS> struct fmt_quant {
     static __device__ __forceinline__ void dot(float (&acc)[R], uint4 u, const wrow &w, const xin &x, int c, int nr)
     {
         int k = c * N, g = k >> x.gshift;
-        float s = __half2float(w.s[g]), b = (k & ((1 << x.gshift) - 1)) == 0 ? __half2float(w.b[g]) : 0.0f;
+        float2 sb = __half22float2(w.sb[g]);
+        float s = sb.x, b = (k & ((1 << x.gshift) - 1)) == 0 ? sb.y : 0.0f;
         const unsigned m = 0x0f0f0f0fu;
 #pragma unroll
         for (int r = 0; r < R; r++) {
@@ -132,7 +133,8 @@ template <int BITS> struct fmt_quant {
                     d = dp4a_us((u.w >> 4) & m, a2.w, d);
                 }
                 size_t gi = (size_t)r * x.ng + g;
-                acc[r] += __ldg(x.xd + gi) * (s * (float)d) + b * __ldg(x.xs + gi);
+                float2 xds = __ldg(x.xds + gi);
+                acc[r] += xds.x * (s * (float)d) + b * xds.y;
             }
         }
     }
@@ -178,26 +180,21 @@ __device__ __forceinline__ void dot_rows(float (&acc)[M][R], const wrow (&wr)[M]
 }
 
 /* Weights of one format and K multiplied by one x in one launch: their rows
- * are numbered one after another (end: cumulative row counts); sc/bi: q8/q4
- * scales and biases. */
+ * are numbered one after another (end: cumulative row counts); sb: q8/q4
+ * (scale, bias) pairs. */
 struct gemv_set {
     const void *w[LMX_MAX_MULTI];
-    const __half *sc[LMX_MAX_MULTI], *bi[LMX_MAX_MULTI];
+    const __half2 *sb[LMX_MAX_MULTI];
     float *out[LMX_MAX_MULTI];
     int end[LMX_MAX_MULTI];
     int n;
 };
 
-/* Row `row` of weight w (nv chunks a row) and of its scales and biases
+/* Row `row` of weight w (nv chunks a row) and of its (scale, bias) pairs
  * (ng a row; NULL for float weights). */
-__device__ __forceinline__ wrow row_of(const void *w, const __half *sc, const __half *bi, int row, int nv, int ng)
+__device__ __forceinline__ wrow row_of(const void *w, const __half2 *sb, int row, int nv, int ng)
 {
-    wrow r = {(const uint4 *)w + (size_t)row * nv, NULL, NULL};
-    if (sc) {
-        r.s = sc + (size_t)row * ng;
-        r.b = bi + (size_t)row * ng;
-    }
-    return r;
+    return wrow{(const uint4 *)w + (size_t)row * nv, sb ? sb + (size_t)row * ng : NULL};
 }
 
 /* out[r, n] = x[r, :] . w[n, :] for r < nr <= R, float32 accumulation;
@@ -222,24 +219,23 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_set s, xin x, int
         return;
     /* which weight row n is (constant indices keep s out of local memory) */
     const void *w = s.w[0];
-    const __half *sc = s.sc[0], *bi = s.bi[0];
+    const __half2 *sb = s.sb[0];
     float *out = s.out[0];
     int row = n, N = s.end[0];
 #pragma unroll
     for (int i = 1; i < LMX_MAX_MULTI; i++)
         if (!GATED && i < s.n && n >= s.end[i - 1]) {
             w = s.w[i];
-            sc = s.sc[i];
-            bi = s.bi[i];
+            sb = s.sb[i];
             out = s.out[i];
             row = n - s.end[i - 1];
             N = s.end[i] - s.end[i - 1];
         }
     int nv = x.K / F::N;
     wrow wr[M];
-    wr[0] = row_of(w, sc, bi, row, nv, x.ng);
+    wr[0] = row_of(w, sb, row, nv, x.ng);
     if (GATED)
-        wr[M - 1] = row_of(s.w[1], s.sc[1], s.bi[1], row, nv, x.ng);
+        wr[M - 1] = row_of(s.w[1], s.sb[1], row, nv, x.ng);
     float acc[M][R];
 #pragma unroll
     for (int m = 0; m < M; m++)
@@ -299,7 +295,8 @@ __global__ void k_dequant(__nv_bfloat16 *dst, wview w, int r0, int nr)
         size_t e = i * 8, r = r0 + e / w.cols;
         int c = (int)(e % w.cols);
         size_t g = r * ng + c / w.group;
-        float s = __half2float(w.scales[g]), b = __half2float(w.biases[g]);
+        float2 sb = __half22float2(w.sb[g]);
+        float s = sb.x, b = sb.y;
         const uint8_t *row = (const uint8_t *)w.data + r * (size_t)w.cols * w.bits / 8;
         unsigned q[8];
         if (w.bits == 8) {
