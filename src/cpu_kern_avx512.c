@@ -44,7 +44,12 @@ static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
  * top of the hardware's) kept more reads in flight, 15-20% more bandwidth
  * on this machine's 1 and 2 threads. */
 enum { PREFETCH = 4096 };
-static inline void prefetch(const void *p) { _mm_prefetch((const char *)p + PREFETCH, _MM_HINT_T0); }
+/* always_inline: a call left out of line is dropped as free of side
+ * effects (gcc 12 did so in mv_quant, which then prefetched nothing) */
+static inline __attribute__((always_inline)) void prefetch(const void *p)
+{
+    _mm_prefetch((const char *)p + PREFETCH, _MM_HINT_T0);
+}
 
 /* Float weights: one row at a time, the row read once for up to 4 x rows.
  * With one x row, four accumulators keep four loads in flight. */
