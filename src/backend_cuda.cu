@@ -453,8 +453,8 @@ xquant quant_copy(cuda_backend *b, const lmx_tensor *out, int n_rows, int whole_
     if (!b->quant || !whole_groups || n_rows > GEMV_ROWS || !G)
         return q;
     size_t ng = (size_t)n_rows * (out->cols / G);
-    if (!grow(b, &b->hq, &b->hq_cap, (size_t)n_rows * out->cols, "quantized norm") ||
-        !grow(b, &b->hqd, &b->hqd_cap, ng, "quantized norm steps"))
+    if (!grow(b, &b->hq, &b->hq_cap, (size_t)n_rows * out->cols, "quantized op output") ||
+        !grow(b, &b->hqd, &b->hqd_cap, ng, "quantized op output steps"))
         return q;
     q = xquant{b->hq, b->hqd, G, b->quant == 4};
     b->hq_of = out;
@@ -602,7 +602,7 @@ void gemv_one_format(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_
     }
     xin xi = {x, NULL, NULL, K, w->group == 32 ? 5 : 6, w->group ? K / w->group : 0};
     if (w->bits) {
-        xquant q = b->hq_q; /* the norm that wrote x quantized it already */
+        xquant q = b->hq_q; /* the op that wrote x (a norm, attention) quantized it already */
         if (b->hq_of != xt || row0 || nr > b->hq_rows || w->group != q.G) {
             size_t ng = (size_t)nr * xi.ng;
             if (!grow(b, &b->xq, &b->xq_cap, (size_t)nr * K, "quantized x") ||
