@@ -708,7 +708,8 @@ void matmuls(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *
             int nb = N - n0 < step ? N - n0 : step;
             const void *w = ws[i]->data;
             if (ws[i]->bits) {
-                launch(b, k_dequant, blocks_for((size_t)nb * K / 8, 256), 256, 0, b->wbf, view(ws[i]), n0, nb);
+                launch(b, k_dequant, dim3((unsigned)((K / 16 + 127) / 128), (unsigned)nb), 128, 0, b->wbf,
+                       view(ws[i]), n0);
                 launched(b, "dequantize");
                 w = b->wbf;
             }

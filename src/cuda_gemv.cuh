@@ -283,38 +283,47 @@ __global__ void k_quant_x(xquant q, const float *x, int K, int nr)
     quant4(q, h, r, e, K, valid);
 }
 
-/* Rows [r0, r0 + nr) of q8/q4 weights as bf16 (prefill: the tensor cores
- * take them from there), 8 elements a thread. */
-__global__ void k_dequant(__nv_bfloat16 *dst, wview w, int r0, int nr)
+/* Row r0 + blockIdx.y of q8/q4 weights as bf16 (prefill: the tensor cores
+ * take them from there), 16 elements (of one group) a thread: no divisions
+ * but one a thread, one load of weights and one of (scale, bias), both
+ * before the wait (weights never change). */
+__global__ void k_dequant(__nv_bfloat16 *dst, wview w, int r0)
 {
+    int c = (blockIdx.x * blockDim.x + threadIdx.x) * 16;
+    bool in = c < w.cols;
+    size_t r = r0 + blockIdx.y;
+    const uint8_t *row = (const uint8_t *)w.data + r * w.cols * w.bits / 8;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    float2 sb = make_float2(0, 0);
+    if (in) {
+        sb = __half22float2(w.sb[r * (w.cols / w.group) + c / w.group]);
+        if (w.bits == 8) {
+            v = *(const uint4 *)(row + c);
+        } else {
+            uint2 h = *(const uint2 *)(row + c / 2);
+            v = make_uint4(h.x, h.y, 0, 0);
+        }
+    }
     pdl_trigger();
     pdl_wait(); /* dst may still be read by the previous product */
-    size_t n8 = (size_t)nr * w.cols / 8;
-    int ng = w.cols / w.group;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n8; i += (size_t)gridDim.x * blockDim.x) {
-        size_t e = i * 8, r = r0 + e / w.cols;
-        int c = (int)(e % w.cols);
-        size_t g = r * ng + c / w.group;
-        float2 sb = __half22float2(w.sb[g]);
-        float s = sb.x, b = sb.y;
-        const uint8_t *row = (const uint8_t *)w.data + r * (size_t)w.cols * w.bits / 8;
-        unsigned q[8];
+    if (!in)
+        return;
+    unsigned q[4] = {v.x, v.y, v.z, v.w}, out[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) { /* elements 2k, 2k + 1 */
+        unsigned e0, e1;
         if (w.bits == 8) {
-            uint2 v = *(const uint2 *)(row + c);
-            for (int k = 0; k < 4; k++) {
-                q[k] = (v.x >> (8 * k)) & 255;
-                q[k + 4] = (v.y >> (8 * k)) & 255;
-            }
+            e0 = (q[k >> 1] >> (16 * (k & 1))) & 255;
+            e1 = (q[k >> 1] >> (16 * (k & 1) + 8)) & 255;
         } else {
-            unsigned v = *(const unsigned *)(row + c / 2);
-            for (int k = 0; k < 8; k++)
-                q[k] = (v >> (4 * k)) & 15;
+            e0 = (q[k >> 2] >> (8 * (k & 3))) & 15;
+            e1 = (q[k >> 2] >> (8 * (k & 3) + 4)) & 15;
         }
-        __nv_bfloat162 out[4];
-        for (int k = 0; k < 4; k++)
-            out[k] = __floats2bfloat162_rn(s * (float)q[2 * k] + b, s * (float)q[2 * k + 1] + b);
-        *(uint4 *)(dst + e) = *(const uint4 *)out;
+        out[k] = pack_bf16(sb.x * (float)e0 + sb.y, sb.x * (float)e1 + sb.y);
     }
+    uint4 *d = (uint4 *)(dst + (size_t)blockIdx.y * w.cols + c);
+    d[0] = make_uint4(out[0], out[1], out[2], out[3]);
+    d[1] = make_uint4(out[4], out[5], out[6], out[7]);
 }
 
 /* Any K, any alignment: one warp per (row of x, weight row). */
