@@ -700,8 +700,13 @@ void matmuls(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *
             b->xbf_of = x;
             b->xbf_rows = n_rows;
         }
-        /* q8/q4: WBF_ELEMS elements of weight rows at a time dequantized to bf16 */
-        int step = !ws[i]->bits ? N : WBF_ELEMS / K < 1 ? 1 : WBF_ELEMS / K < N ? WBF_ELEMS / K : N;
+        /* q8/q4: about WBF_ELEMS elements of weight rows at a time
+         * dequantized to bf16, in multiples of 256 rows: an output column
+         * offset that is not 16-byte aligned sends cuBLAS to an sm80 kernel
+         * (Qwen3-8B's down product in steps of 2730 rows: 36% of a q8
+         * prefill, bench/RESULTS.md) */
+        int step = WBF_ELEMS / K / 256 * 256;
+        step = !ws[i]->bits || step > N ? N : step < 256 ? 256 : step;
         if (ws[i]->bits && !grow(b, &b->wbf, &b->wbf_cap, (size_t)step * K, "dequantized weights"))
             return;
         for (int n0 = 0; n0 < N; n0 += step) {
