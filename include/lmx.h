@@ -48,6 +48,9 @@ typedef struct lmx_load_options {
     int n_gpus;      /* tensor parallelism over this many ranks, one thread each (0 or 1 =
                         none): CUDA, one GPU per rank (devices 0..n-1, NCCL all-reduce);
                         CPU, ranks sharing the CPU (to check the split; docs/multi-gpu.md) */
+    int kv_f16;      /* CPU only: keep the KV cache in float16 (1) instead of float32 (0): half the
+                        memory and half the bytes decode reads from it (docs/cpu.md); the CUDA
+                        backend always keeps it in bf16 */
 } lmx_load_options;
 
 /* lmx_load_options.device. AUTO: the environment variable LMX_DEVICE ("cpu"

@@ -37,6 +37,7 @@ typedef struct cpu_backend {
     const lmx_cpu_kernels *k;
     lmx_cpu_mm *mm;
     int quant; /* 0, 8 or 4 */
+    int kv_f16; /* the KV cache in float16 */
     cpu_group *group; /* NULL: a lone backend */
     int rank;
 } cpu_backend;
@@ -145,18 +146,28 @@ static lmx_tensor *cpu_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx
     return w;
 }
 
-static lmx_tensor *cpu_alloc(lmx_backend *be, int rows, int cols, lmx_error *err)
+static lmx_tensor *alloc_dtype(int rows, int cols, lmx_dtype dtype, lmx_error *err)
 {
     lmx_tensor *t = calloc(1, sizeof *t);
-    float *d = calloc((size_t)rows * (size_t)cols, sizeof(float));
+    void *d = calloc((size_t)rows * (size_t)cols, lmx_dtype_size(dtype));
     if (!t || !d) {
         free(t);
         free(d);
-        lmx_fail(err, LMX_ERR_NOMEM, "cannot allocate a %d x %d activation tensor", rows, cols);
+        lmx_fail(err, LMX_ERR_NOMEM, "cannot allocate a %d x %d %s tensor", rows, cols, lmx_dtype_name(dtype));
         return NULL;
     }
-    *t = (lmx_tensor){rows, cols, LMX_DT_F32, d, 1, {0}, NULL};
+    *t = (lmx_tensor){rows, cols, dtype, d, 1, {0}, NULL};
     return t;
+}
+
+static lmx_tensor *cpu_alloc(lmx_backend *be, int rows, int cols, lmx_error *err)
+{
+    return alloc_dtype(rows, cols, LMX_DT_F32, err);
+}
+
+static lmx_tensor *cpu_alloc_cache(lmx_backend *be, int rows, int cols, lmx_error *err)
+{
+    return alloc_dtype(rows, cols, cpu(be)->kv_f16 ? LMX_DT_F16 : LMX_DT_F32, err);
 }
 
 static void cpu_free(lmx_backend *be, lmx_tensor *t)
@@ -255,18 +266,28 @@ static void cpu_rope(lmx_backend *be, lmx_tensor *x, int n_rows, int head_dim, i
     }
 }
 
+/* n floats into a cache of c's dtype, at element `at`. */
+static void cache_put(lmx_tensor *c, size_t at, const float *src, int n)
+{
+    if (c->dtype == LMX_DT_F16)
+        for (int d = 0; d < n; d++)
+            ((uint16_t *)c->data)[at + d] = lmx_f32_to_f16(src[d]);
+    else
+        memcpy(f32(c) + at, src, (size_t)n * sizeof(float));
+}
+
 /* The caches are head-major inside this backend, [kv head][slot][head_dim],
  * so that attention streams one head's keys and values contiguously. */
 static void cpu_kv_write(lmx_tensor *kc, lmx_tensor *vc, const lmx_tensor *k, const lmx_tensor *v, int n_rows,
                          int pos0, int head_dim)
 {
-    size_t row = (size_t)head_dim * sizeof(float), cap = (size_t)kc->rows;
+    size_t cap = (size_t)kc->rows;
     for (int i = 0; i < n_rows; i++) {
         size_t slot = (size_t)(pos0 + i) % cap;
         for (int h = 0; h < k->cols / head_dim; h++) {
             size_t at = ((size_t)h * cap + slot) * head_dim, from = (size_t)i * k->cols + (size_t)h * head_dim;
-            memcpy(f32(kc) + at, f32(k) + from, row);
-            memcpy(f32(vc) + at, f32(v) + from, row);
+            cache_put(kc, at, f32(k) + from, head_dim);
+            cache_put(vc, at, f32(v) + from, head_dim);
         }
     }
 }
@@ -285,8 +306,9 @@ static void cpu_qk_prepare(lmx_backend *be, lmx_tensor *q, lmx_tensor *k, const 
 typedef struct attn_job {
     const lmx_cpu_kernels *k;
     float *out;
-    const float *q, *kc, *vc;
-    int cap, split; /* split: parts each query's keys are cut into */
+    const float *q;
+    const void *kc, *vc; /* float32, or float16 with f16 */
+    int f16, cap, split; /* split: parts each query's keys are cut into */
     const lmx_attn_params *p;
     float *part; /* split > 1: per task and query, m, l and the unscaled sum */
 } attn_job;
@@ -300,6 +322,26 @@ static int attn_query(const lmx_attn_params *p, int kvh, int qi, size_t *at)
     int G = p->n_heads / p->n_kv_heads, row = qi / G, h = kvh * G + qi % G;
     *at = (size_t)row * p->n_heads * p->head_dim + (size_t)h * p->head_dim;
     return row;
+}
+
+/* s[b] = q . (key b) for nb keys from element `at` of the cache. */
+static void attn_scores(const attn_job *j, const float *q, size_t at, int nb, float *s)
+{
+    int hd = j->p->head_dim;
+    if (j->f16)
+        j->k->attn_scores_f16(q, (const uint16_t *)j->kc + at, hd, nb, hd, s);
+    else
+        j->k->attn_scores(q, (const float *)j->kc + at, hd, nb, hd, s);
+}
+
+/* acc += sum_b p[b] (value b) for nb values from element `at` of the cache. */
+static void attn_accum(const attn_job *j, float *acc, size_t at, int nb, const float *p)
+{
+    int hd = j->p->head_dim;
+    if (j->f16)
+        j->k->attn_accum_f16(acc, (const uint16_t *)j->vc + at, hd, p, nb, hd);
+    else
+        j->k->attn_accum(acc, (const float *)j->vc + at, hd, p, nb, hd);
 }
 
 /* One KV head for a block of up to ATTN_ROWS queries, taken row by row
@@ -336,12 +378,12 @@ static void attn_task(void *ctx, int task, int worker)
         int slot0 = t0 % j->cap, nb = end - t0;
         nb = nb < ATTN_BLOCK ? nb : ATTN_BLOCK;
         nb = nb < j->cap - slot0 ? nb : j->cap - slot0;
-        const float *kb = j->kc + head + (size_t)slot0 * hd, *vb = j->vc + head + (size_t)slot0 * hd;
+        size_t blk = head + (size_t)slot0 * hd; /* the block's first element in the caches */
         for (int r = 0; r < nr; r++) {
             int b0 = lo[r] > t0 ? lo[r] - t0 : 0, b1 = pos[r] + 1 - t0 < nb ? pos[r] + 1 - t0 : nb;
             if (b0 >= b1)
                 continue;
-            kern->attn_scores(j->q + at[r], kb + (size_t)b0 * hd, hd, b1 - b0, hd, sc);
+            attn_scores(j, j->q + at[r], blk + (size_t)b0 * hd, b1 - b0, sc);
             float bm = -INFINITY;
             for (int b = 0; b < b1 - b0; b++) {
                 float s = sc[b] * p->scale;
@@ -360,7 +402,7 @@ static void attn_task(void *ctx, int task, int worker)
                 sc[b] = expf(sc[b] - m[r]);
                 l[r] += sc[b];
             }
-            kern->attn_accum(acc[r], vb + (size_t)b0 * hd, hd, sc, b1 - b0, hd);
+            attn_accum(j, acc[r], blk + (size_t)b0 * hd, b1 - b0, sc);
         }
         t0 += nb;
     }
@@ -406,7 +448,7 @@ static void attn_merge(const attn_job *j, int n_tasks)
 static void cpu_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const lmx_tensor *kc,
                           const lmx_tensor *vc, const lmx_attn_params *p)
 {
-    attn_job j = {cpu(be)->k, f32(out), f32(q), f32(kc), f32(vc), kc->rows, 1, p, NULL};
+    attn_job j = {cpu(be)->k, f32(out), f32(q), kc->data, vc->data, kc->dtype == LMX_DT_F16, kc->rows, 1, p, NULL};
     int nq = p->n_rows * (p->n_heads / p->n_kv_heads), tasks = (nq + ATTN_ROWS - 1) / ATTN_ROWS * p->n_kv_heads;
     /* decode with fewer KV heads than 2 tasks a thread (Gemma3-1B has one):
      * the keys cut into parts of at least a block, so that every thread works */
@@ -552,13 +594,18 @@ static const lmx_backend_ops cpu_ops = {
     .copy_rows = cpu_copy_rows,
     .read = cpu_read,
     .all_reduce = cpu_all_reduce,
+    .alloc_cache = cpu_alloc_cache,
 };
 
-lmx_backend *lmx_backend_cpu_new(int n_threads, int quant, lmx_error *err)
+lmx_backend *lmx_backend_cpu_new(int n_threads, int quant, int kv_f16, lmx_error *err)
 {
     lmx_cpu_path path;
     if (quant != 0 && quant != 8 && quant != 4) {
         lmx_fail(err, LMX_ERR_ARG, "lmx_load: quant = %d; want 0 (none), 8 or 4", quant);
+        return NULL;
+    }
+    if (kv_f16 != 0 && kv_f16 != 1) {
+        lmx_fail(err, LMX_ERR_ARG, "lmx_load: kv_f16 = %d; want 0 (float32 cache) or 1 (float16)", kv_f16);
         return NULL;
     }
     if (lmx_cpu_path_select(&path, err))
@@ -572,6 +619,7 @@ lmx_backend *lmx_backend_cpu_new(int n_threads, int quant, lmx_error *err)
     b->base.ops = &cpu_ops;
     b->k = lmx_cpu_kernels_for(path);
     b->quant = quant;
+    b->kv_f16 = kv_f16;
     if (!(b->mm = lmx_cpu_mm_new(b->k, b->pool))) {
         cpu_destroy(&b->base);
         lmx_fail(err, LMX_ERR_NOMEM, "cannot allocate the CPU backend's scratch");
@@ -580,7 +628,8 @@ lmx_backend *lmx_backend_cpu_new(int n_threads, int quant, lmx_error *err)
     return &b->base;
 }
 
-lmx_status lmx_backend_cpu_new_group(int n_ranks, int n_threads, int quant, lmx_backend **out, lmx_error *err)
+lmx_status lmx_backend_cpu_new_group(int n_ranks, int n_threads, int quant, int kv_f16, lmx_backend **out,
+                                     lmx_error *err)
 {
     cpu_group *g = calloc(1, sizeof *g);
     float **parts = calloc((size_t)n_ranks, sizeof *parts);
@@ -593,7 +642,7 @@ lmx_status lmx_backend_cpu_new_group(int n_ranks, int n_threads, int quant, lmx_
     g->n_ranks = n_ranks;
     g->parts = parts;
     for (int r = 0; r < n_ranks; r++) {
-        if (!(out[r] = lmx_backend_cpu_new(n_threads, quant, err))) {
+        if (!(out[r] = lmx_backend_cpu_new(n_threads, quant, kv_f16, err))) {
             while (r--)
                 out[r]->ops->destroy(out[r]);
             pthread_barrier_destroy(&g->barrier);

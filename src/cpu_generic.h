@@ -212,14 +212,15 @@ static inline void gen_quant_rows(const lmx_cpu_weight *src, const lmx_cpu_weigh
     }
 }
 
-/* Attention blocks through the path's own dot and axpy. */
-#define GEN_ATTN(SUFFIX, DOT, AXPY)                                                                \
-    static void attn_scores_##SUFFIX(const float *q, const float *k, size_t stride, int nb, int hd, float *s) \
+/* Attention blocks of keys and values of element type T (float, or
+ * uint16_t for float16) through the path's own dot and axpy over T. */
+#define GEN_ATTN(SUFFIX, T, DOT, AXPY)                                                             \
+    static void attn_scores_##SUFFIX(const float *q, const T *k, size_t stride, int nb, int hd, float *s) \
     {                                                                                              \
         for (int b = 0; b < nb; b++)                                                               \
             s[b] = DOT(q, k + (size_t)b * stride, hd);                                             \
     }                                                                                              \
-    static void attn_accum_##SUFFIX(float *acc, const float *v, size_t stride, const float *p, int nb, int hd) \
+    static void attn_accum_##SUFFIX(float *acc, const T *v, size_t stride, const float *p, int nb, int hd) \
     {                                                                                              \
         for (int b = 0; b < nb; b++)                                                               \
             AXPY(acc, p[b], v + (size_t)b * stride, hd);                                           \

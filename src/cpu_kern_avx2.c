@@ -211,29 +211,33 @@ static void tile_avx2(const float *wt, int ldw, int mr, int K, const float *xt, 
     }
 }
 
-static float dot_avx2(const float *a, const float *b, int n)
-{
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0;
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+/* a . b and y += a * x, over float32 or (the KV cache) float16 b and x */
+#define DOT_AXPY(SUFFIX, T, LD, EL)                                                                \
+    static float dot_##SUFFIX(const float *a, const T *b, int n)                                   \
+    {                                                                                              \
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0;                                                  \
+        int i = 0;                                                                                 \
+        for (; i + 16 <= n; i += 16) {                                                             \
+            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), LD(b + i), s0);                           \
+            s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), LD(b + i + 8), s1);                   \
+        }                                                                                          \
+        float s = hsum(_mm256_add_ps(s0, s1));                                                     \
+        for (; i < n; i++)                                                                         \
+            s += a[i] * EL(b + i);                                                                 \
+        return s;                                                                                  \
+    }                                                                                              \
+    static void axpy_##SUFFIX(float *y, float a, const T *x, int n)                                \
+    {                                                                                              \
+        __m256 av = _mm256_set1_ps(a);                                                             \
+        int i = 0;                                                                                 \
+        for (; i + 8 <= n; i += 8)                                                                 \
+            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, LD(x + i), _mm256_loadu_ps(y + i)));       \
+        for (; i < n; i++)                                                                         \
+            y[i] += a * EL(x + i);                                                                 \
     }
-    float s = hsum(_mm256_add_ps(s0, s1));
-    for (; i < n; i++)
-        s += a[i] * b[i];
-    return s;
-}
 
-static void axpy_avx2(float *y, float a, const float *x, int n)
-{
-    __m256 av = _mm256_set1_ps(a);
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-    for (; i < n; i++)
-        y[i] += a * x[i];
-}
+DOT_AXPY(avx2, float, ld_f32, el_f32)
+DOT_AXPY(f16_avx2, uint16_t, ld_f16, el_f16)
 
 static void scale_avx2(float *y, float a, int n)
 {
@@ -245,7 +249,8 @@ static void scale_avx2(float *y, float a, int n)
         y[i] *= a;
 }
 
-GEN_ATTN(avx2, dot_avx2, axpy_avx2)
+GEN_ATTN(avx2, float, dot_avx2, axpy_avx2)
+GEN_ATTN(f16_avx2, uint16_t, dot_f16_avx2, axpy_f16_avx2)
 
 static const lmx_cpu_kernels avx2 = {
     .path = LMX_CPU_AVX2,
@@ -259,6 +264,8 @@ static const lmx_cpu_kernels avx2 = {
     .tile = tile_avx2,
     .attn_scores = attn_scores_avx2,
     .attn_accum = attn_accum_avx2,
+    .attn_scores_f16 = attn_scores_f16_avx2,
+    .attn_accum_f16 = attn_accum_f16_avx2,
     .gated_act = gen_gated_act,
     .dot = dot_avx2,
     .axpy = axpy_avx2,

@@ -316,32 +316,36 @@ static void tile_avx512(const float *wt, int ldw, int mr, int K, const float *xt
     }
 }
 
-static float dot_avx512(const float *a, const float *b, int n)
-{
-    __m512 s0 = _mm512_setzero_ps(), s1 = s0;
-    int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
-        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+/* a . b and y += a * x, over float32 or (the KV cache) float16 b and x */
+#define DOT_AXPY(SUFFIX, T, LD, LDT)                                                               \
+    static float dot_##SUFFIX(const float *a, const T *b, int n)                                   \
+    {                                                                                              \
+        __m512 s0 = _mm512_setzero_ps(), s1 = s0;                                                  \
+        int i = 0;                                                                                 \
+        for (; i + 32 <= n; i += 32) {                                                             \
+            s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), LD(b + i), s0);                           \
+            s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), LD(b + i + 16), s1);                 \
+        }                                                                                          \
+        for (; i < n; i += 16) {                                                                   \
+            int m = n - i < 16 ? n - i : 16;                                                       \
+            s0 = _mm512_fmadd_ps(ld_f32_tail(a + i, m), LDT(b + i, m), s0);                        \
+        }                                                                                          \
+        return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));                                        \
+    }                                                                                              \
+    static void axpy_##SUFFIX(float *y, float a, const T *x, int n)                                \
+    {                                                                                              \
+        __m512 av = _mm512_set1_ps(a);                                                             \
+        int i = 0;                                                                                 \
+        for (; i + 16 <= n; i += 16)                                                               \
+            _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, LD(x + i), _mm512_loadu_ps(y + i)));       \
+        if (i < n) {                                                                               \
+            __mmask16 m = tail_mask(n - i);                                                        \
+            _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(av, LDT(x + i, n - i), _mm512_maskz_loadu_ps(m, y + i))); \
+        }                                                                                          \
     }
-    for (; i < n; i += 16) {
-        int m = n - i < 16 ? n - i : 16;
-        s0 = _mm512_fmadd_ps(ld_f32_tail(a + i, m), ld_f32_tail(b + i, m), s0);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
-}
 
-static void axpy_avx512(float *y, float a, const float *x, int n)
-{
-    __m512 av = _mm512_set1_ps(a);
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
-    if (i < n) {
-        __mmask16 m = tail_mask(n - i);
-        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
-    }
-}
+DOT_AXPY(avx512, float, ld_f32, ld_f32_tail)
+DOT_AXPY(f16_avx512, uint16_t, ld_f16, ld_f16_tail)
 
 static void scale_avx512(float *y, float a, int n)
 {
@@ -353,66 +357,69 @@ static void scale_avx512(float *y, float a, int n)
         y[i] *= a;
 }
 
-GEN_ATTN(gen, dot_avx512, axpy_avx512)
+GEN_ATTN(gen, float, dot_avx512, axpy_avx512)
+GEN_ATTN(gen_f16, uint16_t, dot_f16_avx512, axpy_f16_avx512)
 
 /* Head sizes 128 and 256 keep q, or the accumulator, in registers across
- * the whole block of keys. */
-static inline __attribute__((always_inline)) void scores_nv(const float *q, const float *k, size_t stride,
-                                                            int nb, float *s, const int NV)
-{
-    __m512 qv[16];
-    for (int i = 0; i < NV; i++)
-        qv[i] = _mm512_loadu_ps(q + 16 * i);
-    for (int b = 0; b < nb; b++) {
-        const float *kb = k + (size_t)b * stride;
-        __m512 a0 = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kb)), a1 = _mm512_mul_ps(qv[1], _mm512_loadu_ps(kb + 16));
-        for (int i = 2; i < NV; i += 2) {
-            a0 = _mm512_fmadd_ps(qv[i], _mm512_loadu_ps(kb + 16 * i), a0);
-            a1 = _mm512_fmadd_ps(qv[i + 1], _mm512_loadu_ps(kb + 16 * i + 16), a1);
-        }
-        s[b] = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+ * the whole block of keys; other sizes take the GEN_ATTN kernels. */
+#define ATTN_NV(SUFFIX, T, LD, GEN)                                                                \
+    static inline __attribute__((always_inline)) void scores_nv_##SUFFIX(const float *q, const T *k, size_t stride, \
+                                                                         int nb, float *s, const int NV) \
+    {                                                                                              \
+        __m512 qv[16];                                                                             \
+        for (int i = 0; i < NV; i++)                                                               \
+            qv[i] = _mm512_loadu_ps(q + 16 * i);                                                   \
+        for (int b = 0; b < nb; b++) {                                                             \
+            const T *kb = k + (size_t)b * stride;                                                  \
+            __m512 a0 = _mm512_mul_ps(qv[0], LD(kb)), a1 = _mm512_mul_ps(qv[1], LD(kb + 16));      \
+            for (int i = 2; i < NV; i += 2) {                                                      \
+                a0 = _mm512_fmadd_ps(qv[i], LD(kb + 16 * i), a0);                                  \
+                a1 = _mm512_fmadd_ps(qv[i + 1], LD(kb + 16 * i + 16), a1);                         \
+            }                                                                                      \
+            s[b] = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));                                    \
+        }                                                                                          \
+    }                                                                                              \
+    static inline __attribute__((always_inline)) void accum_nv_##SUFFIX(float *acc, const T *v, size_t stride, \
+                                                                        const float *p, int nb, const int NV) \
+    {                                                                                              \
+        __m512 av[16];                                                                             \
+        for (int i = 0; i < NV; i++)                                                               \
+            av[i] = _mm512_loadu_ps(acc + 16 * i);                                                 \
+        for (int b = 0; b < nb; b++) {                                                             \
+            __m512 pb = _mm512_set1_ps(p[b]);                                                      \
+            const T *vb = v + (size_t)b * stride;                                                  \
+            for (int i = 0; i < NV; i++)                                                           \
+                av[i] = _mm512_fmadd_ps(pb, LD(vb + 16 * i), av[i]);                               \
+        }                                                                                          \
+        for (int i = 0; i < NV; i++)                                                               \
+            _mm512_storeu_ps(acc + 16 * i, av[i]);                                                 \
+    }                                                                                              \
+    static void attn_scores_##SUFFIX(const float *q, const T *k, size_t stride, int nb, int hd, float *s) \
+    {                                                                                              \
+        if (hd == 128)                                                                             \
+            scores_nv_##SUFFIX(q, k, stride, nb, s, 8);                                            \
+        else if (hd == 256)                                                                        \
+            scores_nv_##SUFFIX(q, k, stride, nb, s, 16);                                           \
+        else                                                                                       \
+            attn_scores_##GEN(q, k, stride, nb, hd, s);                                            \
+    }                                                                                              \
+    static void attn_accum_##SUFFIX(float *acc, const T *v, size_t stride, const float *p, int nb, int hd) \
+    {                                                                                              \
+        if (hd == 128)                                                                             \
+            accum_nv_##SUFFIX(acc, v, stride, p, nb, 8);                                           \
+        else if (hd == 256)                                                                        \
+            accum_nv_##SUFFIX(acc, v, stride, p, nb, 16);                                          \
+        else                                                                                       \
+            attn_accum_##GEN(acc, v, stride, p, nb, hd);                                           \
     }
-}
 
-static inline __attribute__((always_inline)) void accum_nv(float *acc, const float *v, size_t stride,
-                                                           const float *p, int nb, const int NV)
-{
-    __m512 av[16];
-    for (int i = 0; i < NV; i++)
-        av[i] = _mm512_loadu_ps(acc + 16 * i);
-    for (int b = 0; b < nb; b++) {
-        __m512 pb = _mm512_set1_ps(p[b]);
-        const float *vb = v + (size_t)b * stride;
-        for (int i = 0; i < NV; i++)
-            av[i] = _mm512_fmadd_ps(pb, _mm512_loadu_ps(vb + 16 * i), av[i]);
-    }
-    for (int i = 0; i < NV; i++)
-        _mm512_storeu_ps(acc + 16 * i, av[i]);
-}
-
-static void attn_scores_avx512(const float *q, const float *k, size_t stride, int nb, int hd, float *s)
-{
-    if (hd == 128)
-        scores_nv(q, k, stride, nb, s, 8);
-    else if (hd == 256)
-        scores_nv(q, k, stride, nb, s, 16);
-    else
-        attn_scores_gen(q, k, stride, nb, hd, s);
-}
-
-static void attn_accum_avx512(float *acc, const float *v, size_t stride, const float *p, int nb, int hd)
-{
-    if (hd == 128)
-        accum_nv(acc, v, stride, p, nb, 8);
-    else if (hd == 256)
-        accum_nv(acc, v, stride, p, nb, 16);
-    else
-        attn_accum_gen(acc, v, stride, p, nb, hd);
-}
+ATTN_NV(avx512, float, ld_f32, gen)
+ATTN_NV(f16_avx512, uint16_t, ld_f16, gen_f16)
 
 #define AVX512_TABLE                                                                               \
     .q4_chunk = 128, .matvec = matvec_avx512, .quant_x = gen_quant_x, .quant_rows = gen_quant_rows, .decode = decode_avx512, .tile_mr = MR, \
     .tile_nx = NX, .tile = tile_avx512, .attn_scores = attn_scores_avx512, .attn_accum = attn_accum_avx512, \
+    .attn_scores_f16 = attn_scores_f16_avx512, .attn_accum_f16 = attn_accum_f16_avx512, \
     .gated_act = gen_gated_act, .dot = dot_avx512, .axpy = axpy_avx512, .scale = scale_avx512
 
 static const lmx_cpu_kernels avx512 = {.path = LMX_CPU_AVX512, AVX512_TABLE};

@@ -4,26 +4,32 @@
 
 #include "cpu_generic.h"
 
-static float dot_scalar(const float *a, const float *b, int n)
-{
-    float acc[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++)
-            acc[k] += a[i + k] * b[i + k];
-    float s = 0;
-    for (; i < n; i++)
-        s += a[i] * b[i];
-    for (int k = 0; k < 8; k++)
-        s += acc[k];
-    return s;
-}
+static inline float el_f32(float x) { return x; }
 
-static void axpy_scalar(float *y, float a, const float *x, int n)
-{
-    for (int i = 0; i < n; i++)
-        y[i] += a * x[i];
-}
+/* a . b and y += a * x, over float32 or (the KV cache) float16 b and x */
+#define DOT_AXPY(SUFFIX, T, EL)                                                                    \
+    static float dot_##SUFFIX(const float *a, const T *b, int n)                                   \
+    {                                                                                              \
+        float acc[8] = {0};                                                                        \
+        int i = 0;                                                                                 \
+        for (; i + 8 <= n; i += 8)                                                                 \
+            for (int k = 0; k < 8; k++)                                                            \
+                acc[k] += a[i + k] * EL(b[i + k]);                                                 \
+        float s = 0;                                                                               \
+        for (; i < n; i++)                                                                         \
+            s += a[i] * EL(b[i]);                                                                  \
+        for (int k = 0; k < 8; k++)                                                                \
+            s += acc[k];                                                                           \
+        return s;                                                                                  \
+    }                                                                                              \
+    static void axpy_##SUFFIX(float *y, float a, const T *x, int n)                                \
+    {                                                                                              \
+        for (int i = 0; i < n; i++)                                                                \
+            y[i] += a * EL(x[i]);                                                                  \
+    }
+
+DOT_AXPY(scalar, float, el_f32)
+DOT_AXPY(f16_scalar, uint16_t, gen_h2f)
 
 static void scale_scalar(float *y, float a, int n)
 {
@@ -115,7 +121,8 @@ static void tile_scalar(const float *wt, int ldw, int mr, int K, const float *xt
             out[(size_t)i * ldo + r] = acc[r][i];
 }
 
-GEN_ATTN(scalar, dot_scalar, axpy_scalar)
+GEN_ATTN(scalar, float, dot_scalar, axpy_scalar)
+GEN_ATTN(f16_scalar, uint16_t, dot_f16_scalar, axpy_f16_scalar)
 
 static const lmx_cpu_kernels scalar = {
     .path = LMX_CPU_SCALAR,
@@ -129,6 +136,8 @@ static const lmx_cpu_kernels scalar = {
     .tile = tile_scalar,
     .attn_scores = attn_scores_scalar,
     .attn_accum = attn_accum_scalar,
+    .attn_scores_f16 = attn_scores_f16_scalar,
+    .attn_accum_f16 = attn_accum_f16_scalar,
     .gated_act = gen_gated_act,
     .dot = dot_scalar,
     .axpy = axpy_scalar,

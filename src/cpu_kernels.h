@@ -61,6 +61,9 @@ typedef struct lmx_cpu_kernels {
      * s[b] = q . k_b, and acc[0, hd) += sum_b p[b] * v_b. */
     void (*attn_scores)(const float *q, const float *k, size_t stride, int nb, int hd, float *s);
     void (*attn_accum)(float *acc, const float *v, size_t stride, const float *p, int nb, int hd);
+    /* The same over a float16 cache (lmx_load_options.kv_f16), float32 sums. */
+    void (*attn_scores_f16)(const float *q, const uint16_t *k, size_t stride, int nb, int hd, float *s);
+    void (*attn_accum_f16)(float *acc, const uint16_t *v, size_t stride, const float *p, int nb, int hd);
     /* The AMX path only (else NULL): weights against more than 4 rows of x
      * on AMX tiles (cpu_amx.h); the driver takes it for weights of a
      * multiple of 32 rows and columns. */

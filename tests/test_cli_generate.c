@@ -50,6 +50,14 @@ static void check_run(void)
     snprintf(cmd, sizeof cmd, "%s run %s -p hi --quant q5 2>&1", LMX_BIN, QWEN);
     CHECK(test_run(cmd, &out) == 2 && out && strstr(out, "--quant 'q5'"), "bad --quant: %s", out ? out : "");
     free(out);
+    snprintf(cmd, sizeof cmd, "%s run %s -p hi --kv bogus 2>&1", LMX_BIN, QWEN);
+    CHECK(test_run(cmd, &out) == 2 && out && strstr(out, "--kv 'bogus': want f32 or f16"), "bad --kv: %s",
+          out ? out : "");
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s run %s --prompt-ids 9707,11 -n 3 --temp 0 --ignore-eos --kv f16 --json", LMX_BIN,
+             QWEN);
+    CHECK(test_run(cmd, &out) == 0 && out && strstr(out, "\"generated_tokens\":3"), "--kv f16: %s", out ? out : "");
+    free(out);
     snprintf(cmd, sizeof cmd, "%s run %s --prompt-ids 9707,11 -n 3 --temp 0 --ignore-eos --quant q8 --json", LMX_BIN,
              QWEN);
     CHECK(test_run(cmd, &out) == 0 && out && strstr(out, "\"generated_tokens\":3"), "--quant q8: %s", out ? out : "");

@@ -88,6 +88,39 @@ static void check_quant(const lmx_cpu_kernels *k)
             }
 }
 
+/* The path's attention kernels over a float16 cache against the scalar
+ * float32 ones on the same values widened: both sum in float32, so they
+ * differ by rounding only, relative to the largest result. */
+static void check_attn_f16(const lmx_cpu_kernels *k, const lmx_cpu_kernels *ref)
+{
+    enum { NB = 37, STRIDE = 512 + 16 };
+    static uint16_t kvh[NB * STRIDE];
+    static float kvf[NB * STRIDE], q[256], pr[NB], s1[NB], s2[NB], acc1[256], acc2[256];
+    for (int i = 0; i < NB * STRIDE; i++)
+        kvh[i] = lmx_f32_to_f16(frand() * 4), kvf[i] = lmx_f16_to_f32(kvh[i]);
+    for (int i = 0; i < 256; i++)
+        q[i] = frand();
+    for (int b = 0; b < NB; b++)
+        pr[b] = fabsf(frand());
+    const int hds[] = {64, 72, 128, 256}; /* 72: vector tails */
+    for (int h = 0; h < 4; h++) {
+        int hd = hds[h];
+        for (int i = 0; i < hd; i++)
+            acc1[i] = acc2[i] = frand();
+        k->attn_scores_f16(q, kvh, STRIDE, NB, hd, s1);
+        ref->attn_scores(q, kvf, STRIDE, NB, hd, s2);
+        k->attn_accum_f16(acc1, kvh, STRIDE, pr, NB, hd);
+        ref->attn_accum(acc2, kvf, STRIDE, pr, NB, hd);
+        float ws = 0, wa = 0, ms = test_max_abs(s2, NB), ma = test_max_abs(acc2, (size_t)hd);
+        for (int b = 0; b < NB; b++)
+            ws = fmaxf(ws, fabsf(s1[b] - s2[b]) / ms);
+        for (int i = 0; i < hd; i++)
+            wa = fmaxf(wa, fabsf(acc1[i] - acc2[i]) / ma);
+        CHECK(ws < 1e-5f && wa < 1e-5f, "%s f16 attention hd %d: relative scores %g, accum %g",
+              lmx_cpu_path_name(k->path), hd, ws, wa);
+    }
+}
+
 /* The path's matmul against the scalar one, and its decode and vector ops. */
 static void check_kernels(const lmx_cpu_kernels *k, const lmx_cpu_kernels *ref, lmx_pool *pool)
 {
@@ -194,14 +227,17 @@ static void check_kernels(const lmx_cpu_kernels *k, const lmx_cpu_kernels *ref, 
 /* Decode past 128 tokens cuts each query's keys into parts when there are
  * fewer KV heads than two a thread (both fixtures here), and merges them:
  * the logits of token-by-token decode match those of one prefill of the
- * same tokens. */
-static void check_decode_split(const char *name)
+ * same tokens. With the cache in float16, float32 rounding differences
+ * between the two can round a key or value to neighbouring float16 values:
+ * the float16 fixture tolerance (testutil.h) applies. */
+static void check_decode_split(const char *name, int kv_f16)
 {
     enum { N = 200, FROM = 130 };
     char dir[600];
     snprintf(dir, sizeof dir, "%s/%s", LMX_TEST_DATA, name);
     lmx_load_options o = lmx_load_defaults();
     o.n_threads = 2;
+    o.kv_f16 = kv_f16;
     lmx_error err = {0};
     lmx_model *m = lmx_load(dir, &o, &err);
     CHECK(m != NULL, "load %s: %s", name, err.message);
@@ -214,15 +250,18 @@ static void check_decode_split(const char *name)
     float *pre = malloc((size_t)N * V * sizeof *pre), *dec = malloc((size_t)V * sizeof *dec);
     lmx_context *a = lmx_context_new(m, N, &err), *b = lmx_context_new(m, N, &err);
     CHECK(pre && dec && a && b && lmx_context_eval(a, ids, N, pre, 1, &err) == LMX_OK, "prefill: %s", err.message);
-    float worst = 0;
+    float worst = 0, tol = kv_f16 ? TEST_KV_F16_TOL : 1e-3f; /* f16: relative to max(1, max |logit|) */
     for (int i = 0; pre && dec && b && i < N; i++) {
         CHECK(lmx_context_eval(b, ids + i, 1, dec, 0, &err) == LMX_OK, "decode: %s", err.message);
+        const float *want = pre + (size_t)i * V;
+        float scale = kv_f16 ? fmaxf(1.0f, test_max_abs(want, (size_t)V)) : 1.0f;
         for (int v = 0; i >= FROM && v < V; v++)
-            worst = fmaxf(worst, fabsf(dec[v] - pre[(size_t)i * V + v]));
+            worst = fmaxf(worst, fabsf(dec[v] - want[v]) / scale);
     }
-    printf("%s: decode (split keys) against prefill, positions %d-%d: max logit diff %g\n", name, FROM, N - 1,
-           worst);
-    CHECK(worst < 1e-3f, "%s: decode against prefill: %g", name, worst);
+    const char *kv = kv_f16 ? "f16 (relative)" : "f32";
+    printf("%s, kv %s: decode (split keys) against prefill, positions %d-%d: max logit diff %g\n", name, kv, FROM,
+           N - 1, worst);
+    CHECK(worst < tol, "%s, kv %s: decode against prefill: %g", name, kv, worst);
     lmx_context_free(a);
     lmx_context_free(b);
     free(pre), free(dec);
@@ -261,6 +300,7 @@ int main(void)
         CHECK(k && k->path == (lmx_cpu_path)p, "kernels for %s", name);
         if (k && pool) {
             check_kernels(k, ref, pool);
+            check_attn_f16(k, ref);
             check_quant(k);
         }
         /* the default path's fixtures are test_model_fixtures' own run */
@@ -276,8 +316,10 @@ int main(void)
         ran++;
     }
     CHECK(ran >= 1, "no path ran");
-    check_decode_split("qwen3-small");
-    check_decode_split("gemma3-small");
+    for (int kv_f16 = 0; kv_f16 < 2; kv_f16++) {
+        check_decode_split("qwen3-small", kv_f16);
+        check_decode_split("gemma3-small", kv_f16);
+    }
     /* a bad or unsupported forced path is an error value, not a crash */
     setenv("LMX_CPU_PATH", "sse9", 1);
     lmx_error err = {0};

@@ -125,21 +125,23 @@ static double weight_bytes_per_token(const lmx_model *m)
     return b;
 }
 
-/* Key and value bytes attention reads at position pos (float32 cache). */
+/* Key and value bytes attention reads at position pos (float32 cache, or
+ * float16 with kv_f16). */
 static double kv_bytes_at(const lmx_model *m, int pos)
 {
     const lmx_config *c = &m->cfg;
-    double b = 0;
+    double b = 0, elem = m->opts.kv_f16 ? 2 : 4;
     for (int i = 0; i < c->n_layers; i++) {
         int w = c->layers[i].window, n = w > 0 && w < pos + 1 ? w : pos + 1;
-        b += 2.0 * n * c->n_kv_heads * c->head_dim * sizeof(float);
+        b += 2.0 * n * c->n_kv_heads * c->head_dim * elem;
     }
     return b;
 }
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: lmx bench DIR [--prompt N] [--gen N] [--threads T] [--quant none|q8|q4] [--json]\n");
+    fprintf(stderr, "usage: lmx bench DIR [--prompt N] [--gen N] [--threads T] [--quant none|q8|q4] [--kv f32|f16]"
+                    " [--json]\n");
     return 2;
 }
 
@@ -147,7 +149,7 @@ int cmd_bench(int argc, char **argv)
 {
     const char *dir = NULL;
     long prompt = 512, gen = 32, threads = 0;
-    int quant = 0, json = 0;
+    int quant = 0, kv_f16 = 0, json = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
         if (!strcmp(argv[i], "--prompt")) {
@@ -161,6 +163,9 @@ int cmd_bench(int argc, char **argv)
                 return 2;
         } else if (!strcmp(argv[i], "--quant")) {
             if (!(v = args_value(argc, argv, &i)) || genopts_quant(v, &quant))
+                return 2;
+        } else if (!strcmp(argv[i], "--kv")) {
+            if (!(v = args_value(argc, argv, &i)) || genopts_kv(v, &kv_f16))
                 return 2;
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
@@ -177,6 +182,7 @@ int cmd_bench(int argc, char **argv)
     lmx_load_options o = lmx_load_defaults();
     o.n_threads = (int)threads;
     o.quant = quant;
+    o.kv_f16 = kv_f16;
     o.n_ctx = (int)(prompt + gen);
     o.device = LMX_DEVICE_CPU; /* reads CPU backend internals; GPU: bench/gpu_bench.c */
     lmx_error err = {0};
@@ -236,18 +242,18 @@ int cmd_bench(int argc, char **argv)
     size_t probe_bytes = 0;
     double bw = probe_bandwidth(T, &probe_bytes);
     double eff = tok_bytes * tg;
-    const char *qname = quant == 8 ? "q8" : quant == 4 ? "q4" : "none";
+    const char *qname = quant == 8 ? "q8" : quant == 4 ? "q4" : "none", *kvname = kv_f16 ? "f16" : "f32";
     if (json) {
         printf("{\"model\": \"%s\", \"type\": \"%s\", \"path\": \"%s\", \"threads\": %d, \"quant\": \"%s\", "
-               "\"prompt\": %ld, \"gen\": %ld, \"load_s\": %.3f, \"prefill_tok_s\": %.2f, \"ttft_s\": %.4f, "
-               "\"decode_tok_s\": %.2f, \"rss_bytes\": %ld, \"peak_rss_bytes\": %ld, "
+               "\"kv\": \"%s\", \"prompt\": %ld, \"gen\": %ld, \"load_s\": %.3f, \"prefill_tok_s\": %.2f, "
+               "\"ttft_s\": %.4f, \"decode_tok_s\": %.2f, \"rss_bytes\": %ld, \"peak_rss_bytes\": %ld, "
                "\"weight_bytes_per_token\": %.0f, \"kv_bytes_per_token\": %.0f, \"bandwidth_bytes_s\": %.0f, "
                "\"decode_bytes_s\": %.0f, \"decode_bandwidth_ratio\": %.3f}\n",
-               dir, lmx_model_type(m), lmx_backend_cpu_path(m->be), T, qname, prompt, gen, load_s, pp,
+               dir, lmx_model_type(m), lmx_backend_cpu_path(m->be), T, qname, kvname, prompt, gen, load_s, pp,
                prefill_s, tg, rss_kb * 1024, peak_kb * 1024, wbytes, kvbytes, bw, eff, bw > 0 ? eff / bw : 0);
     } else {
-        printf("model:              %s (%s), %s path, %d threads, quant %s\n", dir, lmx_model_type(m),
-               lmx_backend_cpu_path(m->be), T, qname);
+        printf("model:              %s (%s), %s path, %d threads, quant %s, kv %s\n", dir, lmx_model_type(m),
+               lmx_backend_cpu_path(m->be), T, qname, kvname);
         printf("load:               %.2f s\n", load_s);
         printf("prefill:            %ld tokens in %.3f s = %.1f tok/s (time to first token %.3f s)\n", prompt,
                prefill_s, pp, prefill_s);

@@ -13,7 +13,7 @@
 static int usage(void)
 {
     fprintf(stderr, "usage: lmx logits DIR --ids 1,2,3 --out FILE.safetensors [--decode] [--chunk N] [--threads T]\n"
-                    "       [--device cpu|cuda] [--gpus N] [--quant q8|q4]\n");
+                    "       [--device cpu|cuda] [--gpus N] [--quant q8|q4] [--kv f32|f16]\n");
     return 2;
 }
 
@@ -21,7 +21,7 @@ int cmd_logits(int argc, char **argv)
 {
     const char *dir = NULL, *out = NULL, *ids_arg = NULL;
     long chunk = 0, threads = 0, gpus = 0;
-    int decode = 0, device = LMX_DEVICE_AUTO, quant = 0;
+    int decode = 0, device = LMX_DEVICE_AUTO, quant = 0, kv_f16 = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
         if (!strcmp(argv[i], "--ids")) {
@@ -47,6 +47,9 @@ int cmd_logits(int argc, char **argv)
         } else if (!strcmp(argv[i], "--quant")) {
             if (!(v = args_value(argc, argv, &i)) || genopts_quant(v, &quant))
                 return 2;
+        } else if (!strcmp(argv[i], "--kv")) {
+            if (!(v = args_value(argc, argv, &i)) || genopts_kv(v, &kv_f16))
+                return 2;
         } else if (argv[i][0] == '-' || dir) {
             fprintf(stderr, "lmx logits: unexpected argument '%s'\n", argv[i]);
             return usage();
@@ -68,6 +71,7 @@ int cmd_logits(int argc, char **argv)
     opts.device = device;
     opts.n_gpus = (int)gpus;
     opts.quant = quant;
+    opts.kv_f16 = kv_f16;
     lmx_model *m = lmx_load(dir, &opts, &err);
     lmx_context *c = NULL;
     float *logits = NULL;

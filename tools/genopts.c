@@ -22,6 +22,7 @@ const char genopts_help[] =
     "  --device D            cpu or cuda (default: cuda when built with it and a GPU is present)\n"
     "  --gpus N              tensor parallelism over N GPUs (cpu: N ranks on the CPU)\n"
     "  --quant Q             quantize the weights while loading: q8 or q4 (default: none, as stored)\n"
+    "  --kv T                CPU KV cache: f32 (default) or f16 (half the memory and the bytes decode reads)\n"
     "  --ctx N               context length (default: the model's, at most 4096)\n"
     "  --verbose             print stats to stderr\n";
 
@@ -87,6 +88,9 @@ int genopts_parse(genopts *g, int argc, char **argv, int *i)
     } else if (!strcmp(a, "--quant")) {
         if (!VALUE() || genopts_quant(v, &g->load.quant))
             return -1;
+    } else if (!strcmp(a, "--kv")) {
+        if (!VALUE() || genopts_kv(v, &g->load.kv_f16))
+            return -1;
     } else if (!strcmp(a, "--ctx")) {
         if (!VALUE() || args_int(v, 1, 1 << 24, "--ctx", &n))
             return -1;
@@ -129,6 +133,19 @@ int genopts_quant(const char *v, int *quant)
         *quant = 4;
     else {
         fprintf(stderr, "lmx: --quant '%s': want none, q8 or q4\n", v);
+        return -1;
+    }
+    return 0;
+}
+
+int genopts_kv(const char *v, int *kv_f16)
+{
+    if (!strcmp(v, "f32"))
+        *kv_f16 = 0;
+    else if (!strcmp(v, "f16"))
+        *kv_f16 = 1;
+    else {
+        fprintf(stderr, "lmx: --kv '%s': want f32 or f16\n", v);
         return -1;
     }
     return 0;

@@ -31,6 +31,9 @@ int genopts_device(const char *v, int *device);
 /* Parses a --quant value (none, q8, q4; or 0, 8, 4) into
  * lmx_load_options.quant; -1 with a message otherwise. */
 int genopts_quant(const char *v, int *quant);
+/* Parses a --kv value (f32, f16) into lmx_load_options.kv_f16; -1 with a
+ * message otherwise. */
+int genopts_kv(const char *v, int *kv_f16);
 /* Help text for the shared options. */
 extern const char genopts_help[];
 /* Prints the stream's stats to stderr (for --verbose). */
