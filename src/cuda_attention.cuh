@@ -77,9 +77,6 @@ template <int HD> __device__ __forceinline__ void acc_init(attn_acc<HD> &a)
  * fragments by ldmatrix.trans). Scores and the running maximum m are kept
  * in base-2 units (log2(e) folded into the scale), so each exponential is
  * one ex2. HD is the compile-time maximum of hd, a multiple of 16. */
-#ifndef LMX_FA_LAZY
-#define LMX_FA_LAZY 0
-#endif
 template <int HD, int NK, int MT>
 __device__ __forceinline__ void attn_tile(attn_acc<HD> *a, const bf16 *Qs, const bf16 *Ks, const bf16 *Vs, int ld,
                                           int hd, int t0, const int (*lo)[2], const int (*hi)[2], float scale,
@@ -155,8 +152,6 @@ __device__ __forceinline__ void attn_tile(attn_acc<HD> *a, const bf16 *Qs, const
                 s[m][n][e] = p;
                 a[m].l[e >> 1] += p;
             }
-        if (LMX_FA_LAZY && __all_sync(0xffffffffu, corr[0] == 1.0f && corr[1] == 1.0f))
-            continue; /* no row's maximum moved */
 #pragma unroll
         for (int j = 0; j < HD / 8; j++) {
             a[m].o[j][0] *= corr[0];
