@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "cpu_attention.h"
 #include "cpu_kernels.h"
 #include "cpu_matmul.h"
 #include "error.h"
@@ -146,10 +147,11 @@ static lmx_tensor *cpu_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx
     return w;
 }
 
-static lmx_tensor *alloc_dtype(int rows, int cols, lmx_dtype dtype, lmx_error *err)
+/* slack: zeroed elements allocated past the last row */
+static lmx_tensor *alloc_dtype(int rows, int cols, lmx_dtype dtype, size_t slack, lmx_error *err)
 {
     lmx_tensor *t = calloc(1, sizeof *t);
-    void *d = calloc((size_t)rows * (size_t)cols, lmx_dtype_size(dtype));
+    void *d = calloc((size_t)rows * (size_t)cols + slack, lmx_dtype_size(dtype));
     if (!t || !d) {
         free(t);
         free(d);
@@ -162,12 +164,13 @@ static lmx_tensor *alloc_dtype(int rows, int cols, lmx_dtype dtype, lmx_error *e
 
 static lmx_tensor *cpu_alloc(lmx_backend *be, int rows, int cols, lmx_error *err)
 {
-    return alloc_dtype(rows, cols, LMX_DT_F32, err);
+    return alloc_dtype(rows, cols, LMX_DT_F32, 0, err);
 }
 
 static lmx_tensor *cpu_alloc_cache(lmx_backend *be, int rows, int cols, lmx_error *err)
 {
-    return alloc_dtype(rows, cols, cpu(be)->kv_f16 ? LMX_DT_F16 : LMX_DT_F32, err);
+    return alloc_dtype(rows, cols, cpu(be)->kv_f16 ? LMX_DT_F16 : LMX_DT_F32,
+                       lmx_cpu_attention_slack(cpu(be)->k, cols), err);
 }
 
 static void cpu_free(lmx_backend *be, lmx_tensor *t)
@@ -303,166 +306,11 @@ static void cpu_qk_prepare(lmx_backend *be, lmx_tensor *q, lmx_tensor *k, const 
     cpu_kv_write(kc, vc, k, v, n_rows, pos0, head_dim);
 }
 
-typedef struct attn_job {
-    const lmx_cpu_kernels *k;
-    float *out;
-    const float *q;
-    const void *kc, *vc; /* float32, or float16 with f16 */
-    int f16, cap, split; /* split: parts each query's keys are cut into */
-    const lmx_attn_params *p;
-    float *part; /* split > 1: per task and query, m, l and the unscaled sum */
-} attn_job;
-
-enum { ATTN_BLOCK = 64, ATTN_ROWS = 16 };
-
-/* Query qi of KV head kvh (rows, then the heads of the group): its row, and
- * where it sits in q and out. */
-static int attn_query(const lmx_attn_params *p, int kvh, int qi, size_t *at)
-{
-    int G = p->n_heads / p->n_kv_heads, row = qi / G, h = kvh * G + qi % G;
-    *at = (size_t)row * p->n_heads * p->head_dim + (size_t)h * p->head_dim;
-    return row;
-}
-
-/* s[b] = q . (key b) for nb keys from element `at` of the cache. */
-static void attn_scores(const attn_job *j, const float *q, size_t at, int nb, float *s)
-{
-    int hd = j->p->head_dim;
-    if (j->f16)
-        j->k->attn_scores_f16(q, (const uint16_t *)j->kc + at, hd, nb, hd, s);
-    else
-        j->k->attn_scores(q, (const float *)j->kc + at, hd, nb, hd, s);
-}
-
-/* acc += sum_b p[b] (value b) for nb values from element `at` of the cache. */
-static void attn_accum(const attn_job *j, float *acc, size_t at, int nb, const float *p)
-{
-    int hd = j->p->head_dim;
-    if (j->f16)
-        j->k->attn_accum_f16(acc, (const uint16_t *)j->vc + at, hd, p, nb, hd);
-    else
-        j->k->attn_accum(acc, (const float *)j->vc + at, hd, p, nb, hd);
-}
-
-/* One KV head for a block of up to ATTN_ROWS queries, taken row by row
- * and, within a row, over the query heads that share the KV head (GQA), so
- * that each key and value is read once per block of queries, not once per
- * query head. Keys come in blocks of ATTN_BLOCK consecutive cache slots,
- * each scored and accumulated by every query of the task while it is in
- * cache, with an online softmax (one rescale per query and block); memory
- * stays constant whatever the context length. A query sees keys [lo, pos],
- * a contiguous part of each block. With a split (decode), the task takes
- * one part of the key range and leaves its partial softmax for the merge. */
-static void attn_task(void *ctx, int task, int worker)
-{
-    const attn_job *j = ctx;
-    const lmx_cpu_kernels *kern = j->k;
-    const lmx_attn_params *p = j->p;
-    int hd = p->head_dim, nq = p->n_rows * (p->n_heads / p->n_kv_heads), part = task % j->split;
-    int kvh = task / j->split % p->n_kv_heads, q0 = task / j->split / p->n_kv_heads * ATTN_ROWS;
-    int nr = nq - q0 < ATTN_ROWS ? nq - q0 : ATTN_ROWS;
-    size_t head = (size_t)kvh * j->cap * hd;
-    float acc[ATTN_ROWS][hd], sc[ATTN_BLOCK], m[ATTN_ROWS], l[ATTN_ROWS];
-    int lo[ATTN_ROWS] = {0}, pos[ATTN_ROWS] = {0}; /* nr >= 1; the zeroes keep -Wmaybe-uninitialized quiet */
-    size_t at[ATTN_ROWS];                         /* where query r sits in q and out */
-    for (int r = 0; r < nr; r++) {
-        pos[r] = p->pos0 + attn_query(p, kvh, q0 + r, &at[r]);
-        lo[r] = p->window > 0 && pos[r] - p->window + 1 > 0 ? pos[r] - p->window + 1 : 0;
-        m[r] = -INFINITY;
-        l[r] = 0;
-        memset(acc[r], 0, sizeof acc[r]);
-    }
-    int span = pos[nr - 1] + 1 - lo[0], end = lo[0] + (int)((long)span * (part + 1) / j->split);
-    for (int t0 = lo[0] + (int)((long)span * part / j->split); t0 < end;) {
-        /* a block of consecutive cache slots: it ends at the ring's end */
-        int slot0 = t0 % j->cap, nb = end - t0;
-        nb = nb < ATTN_BLOCK ? nb : ATTN_BLOCK;
-        nb = nb < j->cap - slot0 ? nb : j->cap - slot0;
-        size_t blk = head + (size_t)slot0 * hd; /* the block's first element in the caches */
-        for (int r = 0; r < nr; r++) {
-            int b0 = lo[r] > t0 ? lo[r] - t0 : 0, b1 = pos[r] + 1 - t0 < nb ? pos[r] + 1 - t0 : nb;
-            if (b0 >= b1)
-                continue;
-            attn_scores(j, j->q + at[r], blk + (size_t)b0 * hd, b1 - b0, sc);
-            float bm = -INFINITY;
-            for (int b = 0; b < b1 - b0; b++) {
-                float s = sc[b] * p->scale;
-                if (p->softcap > 0)
-                    s = p->softcap * tanhf(s / p->softcap);
-                sc[b] = s;
-                bm = s > bm ? s : bm;
-            }
-            if (bm > m[r]) {
-                float f = expf(m[r] - bm);
-                l[r] *= f;
-                kern->scale(acc[r], f, hd);
-                m[r] = bm;
-            }
-            for (int b = 0; b < b1 - b0; b++) {
-                sc[b] = expf(sc[b] - m[r]);
-                l[r] += sc[b];
-            }
-            attn_accum(j, acc[r], blk + (size_t)b0 * hd, b1 - b0, sc);
-        }
-        t0 += nb;
-    }
-    for (int r = 0; r < nr; r++) {
-        if (j->split > 1) {
-            float *o = j->part + ((size_t)task * ATTN_ROWS + r) * (hd + 2);
-            o[0] = m[r], o[1] = l[r];
-            memcpy(o + 2, acc[r], sizeof acc[r]);
-        } else {
-            for (int d = 0; d < hd; d++)
-                j->out[at[r] + d] = acc[r][d] / l[r];
-        }
-    }
-}
-
-/* Decode's parts of each query's keys, combined: each part's sums scaled
- * by e^(its max - the overall max). */
-static void attn_merge(const attn_job *j, int n_tasks)
-{
-    const lmx_attn_params *p = j->p;
-    int hd = p->head_dim, nq = p->n_rows * (p->n_heads / p->n_kv_heads);
-    for (int t = 0; t < n_tasks; t += j->split) {
-        int kvh = t / j->split % p->n_kv_heads, q0 = t / j->split / p->n_kv_heads * ATTN_ROWS;
-        for (int r = 0; r < ATTN_ROWS && q0 + r < nq; r++) {
-            size_t at, stride = (size_t)ATTN_ROWS * (hd + 2);
-            attn_query(p, kvh, q0 + r, &at);
-            const float *o = j->part + ((size_t)t * ATTN_ROWS + r) * (hd + 2);
-            float mx = -INFINITY, l = 0, *dst = j->out + at;
-            for (int s = 0; s < j->split; s++)
-                mx = o[s * stride] > mx ? o[s * stride] : mx;
-            memset(dst, 0, (size_t)hd * sizeof *dst);
-            for (int s = 0; s < j->split; s++) {
-                const float *ps = o + s * stride;
-                float f = ps[1] > 0 ? expf(ps[0] - mx) : 0; /* a part may hold no key of this query */
-                l += f * ps[1];
-                j->k->axpy(dst, f, ps + 2, hd);
-            }
-            j->k->scale(dst, 1.0f / l, hd);
-        }
-    }
-}
-
 static void cpu_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const lmx_tensor *kc,
                           const lmx_tensor *vc, const lmx_attn_params *p)
 {
-    attn_job j = {cpu(be)->k, f32(out), f32(q), kc->data, vc->data, kc->dtype == LMX_DT_F16, kc->rows, 1, p, NULL};
-    int nq = p->n_rows * (p->n_heads / p->n_kv_heads), tasks = (nq + ATTN_ROWS - 1) / ATTN_ROWS * p->n_kv_heads;
-    /* decode with fewer KV heads than 2 tasks a thread (Gemma3-1B has one):
-     * the keys cut into parts of at least a block, so that every thread works */
-    int want = 2 * lmx_pool_threads(pool_of(be)), keys = p->pos0 + 1 < kc->rows ? p->pos0 + 1 : kc->rows;
-    if (p->n_rows == 1 && tasks < want) {
-        int split = (want + tasks - 1) / tasks;
-        split = split < keys / ATTN_BLOCK ? split : keys / ATTN_BLOCK;
-        if (split > 1 && (j.part = malloc((size_t)tasks * split * ATTN_ROWS * (p->head_dim + 2) * sizeof(float))))
-            j.split = split;
-    }
-    lmx_pool_run(pool_of(be), tasks * j.split, attn_task, &j);
-    if (j.split > 1)
-        attn_merge(&j, tasks * j.split);
-    free(j.part);
+    lmx_cpu_attention(cpu(be)->k, pool_of(be), f32(out), f32(q), kc->data, vc->data, kc->dtype == LMX_DT_F16,
+                      kc->rows, p);
 }
 
 typedef struct act_job {

@@ -142,6 +142,17 @@ static inline void gen_gated_act(float *g, const float *u, size_t n, int gelu)
     }
 }
 
+/* The kernel table's softmax_exp. */
+static inline float gen_softmax_exp(float *s, float m, int n)
+{
+    for (int i = 0; i < n; i++) /* vectorises; the sum after it, in order, does not */
+        s[i] = s[i] == -INFINITY ? 0.0f : gen_exp(s[i] - m);
+    float sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += s[i];
+    return sum;
+}
+
 /* One group of G source elements as float32: the kind is switched on once
  * a group, so that the copy loops vectorise. */
 static inline void gen_load_group(const lmx_cpu_weight *w, size_t i, int G, float *v)

@@ -267,6 +267,7 @@ static const lmx_cpu_kernels avx2 = {
     .attn_scores_f16 = attn_scores_f16_avx2,
     .attn_accum_f16 = attn_accum_f16_avx2,
     .gated_act = gen_gated_act,
+    .softmax_exp = gen_softmax_exp,
     .dot = dot_avx2,
     .axpy = axpy_avx2,
     .scale = scale_avx2,

@@ -420,7 +420,7 @@ ATTN_NV(f16_avx512, uint16_t, ld_f16, gen_f16)
     .q4_chunk = 128, .matvec = matvec_avx512, .quant_x = gen_quant_x, .quant_rows = gen_quant_rows, .decode = decode_avx512, .tile_mr = MR, \
     .tile_nx = NX, .tile = tile_avx512, .attn_scores = attn_scores_avx512, .attn_accum = attn_accum_avx512, \
     .attn_scores_f16 = attn_scores_f16_avx512, .attn_accum_f16 = attn_accum_f16_avx512, \
-    .gated_act = gen_gated_act, .dot = dot_avx512, .axpy = axpy_avx512, .scale = scale_avx512
+    .gated_act = gen_gated_act, .softmax_exp = gen_softmax_exp, .dot = dot_avx512, .axpy = axpy_avx512, .scale = scale_avx512
 
 static const lmx_cpu_kernels avx512 = {.path = LMX_CPU_AVX512, AVX512_TABLE};
 /* the same, with bf16 prefill on AMX tiles */

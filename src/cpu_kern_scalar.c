@@ -139,6 +139,7 @@ static const lmx_cpu_kernels scalar = {
     .attn_scores_f16 = attn_scores_f16_scalar,
     .attn_accum_f16 = attn_accum_f16_scalar,
     .gated_act = gen_gated_act,
+    .softmax_exp = gen_softmax_exp,
     .dot = dot_scalar,
     .axpy = axpy_scalar,
     .scale = scale_scalar,

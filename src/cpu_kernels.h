@@ -73,6 +73,9 @@ typedef struct lmx_cpu_kernels {
                      float *out, int ldo);
     /* g[i] = act(g[i]) * u[i], act SiLU (gelu 0) or GELU's tanh form */
     void (*gated_act)(float *g, const float *u, size_t n, int gelu);
+    /* s[i] = e^(s[i] - m), 0 where s[i] is -inf (a masked key); returns
+     * the sum (attention's softmax over a block of scores) */
+    float (*softmax_exp)(float *s, float m, int n);
     float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n); /* y += a * x */
     void (*scale)(float *y, float a, int n);                /* y *= a */

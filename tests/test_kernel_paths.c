@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cpu_attention.h"
 #include "cpu_kernels.h"
 #include "cpu_matmul.h"
 #include "dtype.h"
@@ -224,6 +225,49 @@ static void check_kernels(const lmx_cpu_kernels *k, const lmx_cpu_kernels *ref, 
     lmx_cpu_mm_free(mr);
 }
 
+/* Prefill attention (many query rows: the GEMM-tile way) against the same
+ * queries one row at a time (decode's way), on a path: GQA, head sizes
+ * with and without a whole tile of columns, a sliding window, softcap,
+ * a ring cache that has wrapped, float32 and float16 caches. */
+static void check_attn_prefill(const lmx_cpu_kernels *k, lmx_pool *pool)
+{
+    enum { H = 6, KVH = 2, CAP = 100, ROWS = 45 };
+    const int hds[] = {8, 72, 128};
+    for (int h = 0; h < 3; h++)
+        for (int f16 = 0; f16 < 2; f16++)
+            for (int variant = 0; variant < 2; variant++) {
+                int hd = hds[h], cols = KVH * hd;
+                size_t nc = (size_t)CAP * cols + lmx_cpu_attention_slack(k, cols);
+                float *q = malloc((size_t)ROWS * H * hd * sizeof *q), *kc = calloc(nc, sizeof *kc),
+                      *vc = calloc(nc, sizeof *vc), *o1 = malloc((size_t)ROWS * H * hd * sizeof *o1),
+                      *o2 = malloc((size_t)ROWS * H * hd * sizeof *o2);
+                uint16_t *kh = calloc(nc, sizeof *kh), *vh = calloc(nc, sizeof *vh);
+                for (size_t i = 0; i < (size_t)ROWS * H * hd; i++)
+                    q[i] = frand();
+                for (size_t i = 0; i < (size_t)CAP * cols; i++) {
+                    kc[i] = frand(), vc[i] = frand();
+                    kh[i] = lmx_f32_to_f16(kc[i]), vh[i] = lmx_f32_to_f16(vc[i]);
+                }
+                const void *kp = f16 ? (const void *)kh : (const void *)kc, *vp = f16 ? (const void *)vh : (const void *)vc;
+                /* with the window, positions 95..139: the ring has wrapped */
+                lmx_attn_params p = {ROWS, variant ? 95 : 40, H, KVH, hd, variant ? 50 : 0, 1.0f / sqrtf((float)hd),
+                                     variant ? 3.0f : 0.0f};
+                lmx_cpu_attention(k, pool, o1, q, kp, vp, f16, CAP, &p);
+                for (int r = 0; r < ROWS; r++) {
+                    lmx_attn_params p1 = p;
+                    p1.n_rows = 1, p1.pos0 = p.pos0 + r;
+                    lmx_cpu_attention(k, pool, o2 + (size_t)r * H * hd, q + (size_t)r * H * hd, kp, vp, f16, CAP,
+                                      &p1);
+                }
+                float worst = 0;
+                for (size_t i = 0; i < (size_t)ROWS * H * hd; i++)
+                    worst = fmaxf(worst, fabsf(o1[i] - o2[i]));
+                CHECK(worst < 1e-5f, "%s prefill attention hd %d %s%s: max |diff| %g against one row at a time",
+                      lmx_cpu_path_name(k->path), hd, f16 ? "f16" : "f32", variant ? " window softcap" : "", worst);
+                free(q), free(kc), free(vc), free(o1), free(o2), free(kh), free(vh);
+            }
+}
+
 /* Decode past 128 tokens cuts each query's keys into parts when there are
  * fewer KV heads than two a thread (both fixtures here), and merges them:
  * the logits of token-by-token decode match those of one prefill of the
@@ -301,6 +345,7 @@ int main(void)
         if (k && pool) {
             check_kernels(k, ref, pool);
             check_attn_f16(k, ref);
+            check_attn_prefill(k, pool);
             check_quant(k);
         }
         /* the default path's fixtures are test_model_fixtures' own run */
