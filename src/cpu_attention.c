@@ -212,7 +212,8 @@ static void tile_task(void *ctx, int task, int worker)
     int hd = p->head_dim, nq = p->n_rows * (p->n_heads / p->n_kv_heads), ldq = tile_ldq(k);
     int kvh = task % p->n_kv_heads, q0 = task / p->n_kv_heads * TILE_ROWS;
     int nr = nq - q0 < TILE_ROWS ? nq - q0 : TILE_ROWS;
-    float *kbuf = j->scratch + (size_t)worker * tile_floats(k, hd), *vbuf = kbuf + (size_t)(ATTN_BLOCK + k->tile_mr) * hd;
+    float *kbuf = j->scratch + (size_t)worker * tile_floats(k, hd);
+    float *vbuf = kbuf + (size_t)(ATTN_BLOCK + k->tile_mr) * hd;
     float *qt = vbuf + (size_t)ATTN_BLOCK * hd + k->tile_nx, *pv = qt + (size_t)hd * ldq, *acc = pv + (size_t)hd * ldq;
     float *s = acc + (size_t)hd * ldq, m[TILE_ROWS], l[TILE_ROWS], corr[TILE_ROWS];
     int lo[TILE_ROWS] = {0}, pos[TILE_ROWS] = {0}; /* nr >= 1; the zeroes keep -Wmaybe-uninitialized quiet */

@@ -395,9 +395,9 @@ static void check_attention(pair *p)
         int hd = cfgs[c].hd, H = cfgs[c].H, KVH = cfgs[c].KVH, slots = cfgs[c].slots, fill = cfgs[c].fill;
         int kv = KVH * hd;
         lmx_error err = {0};
-        both kc = {p->cpu->ops->alloc(p->cpu, slots, kv, &err), p->gpu->ops->alloc_cache(p->gpu, slots, kv, &err),
+        both kc = {p->cpu->ops->alloc_cache(p->cpu, slots, kv, &err), p->gpu->ops->alloc_cache(p->gpu, slots, kv, &err),
                    slots, kv, NULL};
-        both vc = {p->cpu->ops->alloc(p->cpu, slots, kv, &err), p->gpu->ops->alloc_cache(p->gpu, slots, kv, &err),
+        both vc = {p->cpu->ops->alloc_cache(p->cpu, slots, kv, &err), p->gpu->ops->alloc_cache(p->gpu, slots, kv, &err),
                    slots, kv, NULL};
         CHECK(kc.c && kc.g && vc.c && vc.g, "caches: %s", err.message);
         both o = output(p, n_q, H * hd), q = input(p, n_q, H * hd, LMX_DT_F32, 1.0f);
@@ -436,9 +436,9 @@ static void check_attention_quantized(pair *p, int bits)
     const int hd = 128, H = 8, KVH = 2, slots = 600, kv = KVH * hd, N = 256;
     const int cases[][2] = {{1, 599}, {3, 597}, {1, 5}}; /* rows, first position: merged splits, merged, one */
     lmx_error err = {0};
-    both kc = {p->cpu->ops->alloc(p->cpu, slots, kv, &err), p->gpu->ops->alloc_cache(p->gpu, slots, kv, &err),
+    both kc = {p->cpu->ops->alloc_cache(p->cpu, slots, kv, &err), p->gpu->ops->alloc_cache(p->gpu, slots, kv, &err),
                slots, kv, NULL};
-    both vc = {p->cpu->ops->alloc(p->cpu, slots, kv, &err), p->gpu->ops->alloc_cache(p->gpu, slots, kv, &err),
+    both vc = {p->cpu->ops->alloc_cache(p->cpu, slots, kv, &err), p->gpu->ops->alloc_cache(p->gpu, slots, kv, &err),
                slots, kv, NULL};
     CHECK(kc.c && kc.g && vc.c && vc.g, "caches: %s", err.message);
     both q = activations(p, 100, H * hd, 1.0f), a = output(p, 8, H * hd), y = output(p, 8, N);

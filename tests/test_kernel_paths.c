@@ -248,7 +248,8 @@ static void check_attn_prefill(const lmx_cpu_kernels *k, lmx_pool *pool)
                     kc[i] = frand(), vc[i] = frand();
                     kh[i] = lmx_f32_to_f16(kc[i]), vh[i] = lmx_f32_to_f16(vc[i]);
                 }
-                const void *kp = f16 ? (const void *)kh : (const void *)kc, *vp = f16 ? (const void *)vh : (const void *)vc;
+                const void *kp = f16 ? (const void *)kh : (const void *)kc;
+                const void *vp = f16 ? (const void *)vh : (const void *)vc;
                 /* with the window, positions 95..139: the ring has wrapped */
                 lmx_attn_params p = {ROWS, variant ? 95 : 40, H, KVH, hd, variant ? 50 : 0, 1.0f / sqrtf((float)hd),
                                      variant ? 3.0f : 0.0f};
