@@ -46,6 +46,26 @@ static void task_queries(const lmx_attn_params *p, int kvh, int q0, int nr, int 
     }
 }
 
+/* The block of keys from t0 (before end): up to ATTN_BLOCK consecutive
+ * cache slots, ending at the ring's end; *blk: its first element in
+ * kv head kvh's cache. */
+static int key_block(const attn_job *j, int kvh, int t0, int end, size_t *blk)
+{
+    int slot0 = t0 % j->cap, nb = end - t0;
+    nb = nb < ATTN_BLOCK ? nb : ATTN_BLOCK;
+    nb = nb < j->cap - slot0 ? nb : j->cap - slot0;
+    *blk = ((size_t)kvh * j->cap + (size_t)slot0) * j->p->head_dim;
+    return nb;
+}
+
+/* The keys [*b0, *b1) of a block of nb from t0 that a query at pos, seeing
+ * keys from lo, sees (empty when *b0 >= *b1). */
+static void visible(int lo, int pos, int t0, int nb, int *b0, int *b1)
+{
+    *b0 = lo > t0 ? lo - t0 : 0;
+    *b1 = pos + 1 - t0 < nb ? pos + 1 - t0 : nb;
+}
+
 /* s[b] = q . (key b) for nb keys from element `at` of the cache. */
 static void attn_scores(const attn_job *j, const float *q, size_t at, int nb, float *s)
 {
@@ -83,7 +103,6 @@ static void attn_task(void *ctx, int task, int worker)
     int hd = p->head_dim, nq = p->n_rows * (p->n_heads / p->n_kv_heads), part = task % j->split;
     int kvh = task / j->split % p->n_kv_heads, q0 = task / j->split / p->n_kv_heads * ATTN_ROWS;
     int nr = nq - q0 < ATTN_ROWS ? nq - q0 : ATTN_ROWS;
-    size_t head = (size_t)kvh * j->cap * hd;
     float acc[ATTN_ROWS][hd], sc[ATTN_BLOCK], m[ATTN_ROWS], l[ATTN_ROWS];
     int lo[ATTN_ROWS] = {0}, pos[ATTN_ROWS] = {0}; /* nr >= 1; the zeroes keep -Wmaybe-uninitialized quiet */
     size_t at[ATTN_ROWS];                         /* where query r sits in q and out */
@@ -91,13 +110,11 @@ static void attn_task(void *ctx, int task, int worker)
     memset(acc, 0, sizeof acc);
     int span = pos[nr - 1] + 1 - lo[0], end = lo[0] + (int)((long)span * (part + 1) / j->split);
     for (int t0 = lo[0] + (int)((long)span * part / j->split); t0 < end;) {
-        /* a block of consecutive cache slots: it ends at the ring's end */
-        int slot0 = t0 % j->cap, nb = end - t0;
-        nb = nb < ATTN_BLOCK ? nb : ATTN_BLOCK;
-        nb = nb < j->cap - slot0 ? nb : j->cap - slot0;
-        size_t blk = head + (size_t)slot0 * hd; /* the block's first element in the caches */
+        size_t blk;
+        int nb = key_block(j, kvh, t0, end, &blk);
         for (int r = 0; r < nr; r++) {
-            int b0 = lo[r] > t0 ? lo[r] - t0 : 0, b1 = pos[r] + 1 - t0 < nb ? pos[r] + 1 - t0 : nb;
+            int b0, b1;
+            visible(lo[r], pos[r], t0, nb, &b0, &b1);
             if (b0 >= b1)
                 continue;
             attn_scores(j, j->q + at[r], blk + (size_t)b0 * hd, b1 - b0, sc);
@@ -223,13 +240,9 @@ static void tile_task(void *ctx, int task, int worker)
         for (int d = 0; d < hd; d++)
             qt[(size_t)d * ldq + r] = j->q[at[r] + d] * p->scale;
     memset(acc, 0, (size_t)hd * ldq * sizeof *acc);
-    size_t head = (size_t)kvh * j->cap * hd;
     for (int t0 = lo[0]; t0 <= pos[nr - 1];) {
-        /* a block of consecutive cache slots: it ends at the ring's end */
-        int slot0 = t0 % j->cap, nb = pos[nr - 1] + 1 - t0;
-        nb = nb < ATTN_BLOCK ? nb : ATTN_BLOCK;
-        nb = nb < j->cap - slot0 ? nb : j->cap - slot0;
-        size_t blk = head + (size_t)slot0 * hd;
+        size_t blk;
+        int nb = key_block(j, kvh, t0, pos[nr - 1] + 1, &blk);
         const float *kb = block_f32(j, j->kc, blk, nb, kbuf), *vb = block_f32(j, j->vc, blk, nb, vbuf);
         for (int b0 = 0; b0 < nb; b0 += k->tile_mr)
             for (int i0 = 0; i0 < nr; i0 += k->tile_nx)
@@ -237,7 +250,8 @@ static void tile_task(void *ctx, int task, int worker)
                         nr - i0 < k->tile_nx ? nr - i0 : k->tile_nx, s + (size_t)i0 * ATTN_BLOCK + b0, ATTN_BLOCK);
         for (int r = 0; r < nr; r++) { /* query r sees the block's keys [b0, b1) */
             float *sr = s + (size_t)r * ATTN_BLOCK, bm = -INFINITY;
-            int b0 = lo[r] > t0 ? lo[r] - t0 : 0, b1 = pos[r] + 1 - t0 < nb ? pos[r] + 1 - t0 : nb;
+            int b0, b1;
+            visible(lo[r], pos[r], t0, nb, &b0, &b1);
             for (int b = 0; b < nb; b++) {
                 if (b < b0 || b >= b1) {
                     sr[b] = -INFINITY;
