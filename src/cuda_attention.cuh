@@ -6,6 +6,15 @@
 
 typedef __nv_bfloat16 bf16;
 
+/* 2^x in one instruction (0 for -inf; subnormal results flush to 0, far
+ * below what a probability summed in float32 can notice). */
+__device__ __forceinline__ float fast_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* c += a . b on the tensor cores: a 16x16 bf16 (row), b 16x8 bf16 (col). */
 __device__ __forceinline__ void mma_bf16(float *c, const unsigned *a, const unsigned *b)
 {
@@ -118,47 +127,69 @@ __device__ __forceinline__ void attn_tile(attn_acc<HD> *a, const bf16 *Qs, const
             }
         }
     }
+    /* Scores u in units whose product with c is base 2: raw (c folds the
+     * scale and log2 e, so each probability is one FFMA and one ex2) or,
+     * with softcap, already capped in base 2 (c = 1). */
+    float c = scale * L2E;
+    if (softcap > 0) {
+        float cap = softcap * L2E, inv_cap = 1.0f / cap;
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int n = 0; n < NK / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    s[m][n][e] = cap * tanhf(s[m][n][e] * c * inv_cap);
+        c = 1.0f;
+    }
+    if (!whole) /* only tiles some of whose keys a row does not see */
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int n = 0; n < NK / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int r = e >> 1, t = t0 + n * 8 + tg * 2 + (e & 1);
+                    if (t < lo[m][r] || t > hi[m][r])
+                        s[m][n][e] = -INFINITY;
+                }
 #pragma unroll
     for (int m = 0; m < MT; m++) {
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int n = 0; n < NK / 8; n++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int r = e >> 1, t = t0 + n * 8 + tg * 2 + (e & 1);
-                float v = s[m][n][e] * (scale * L2E);
-                if (softcap > 0)
-                    v = softcap * L2E * tanhf(v / (softcap * L2E));
-                if (!whole && (t < lo[m][r] || t > hi[m][r]))
-                    v = -INFINITY;
-                s[m][n][e] = v;
-                mx[r] = fmaxf(mx[r], v);
-            }
-        float corr[2];
+            for (int e = 0; e < 4; e++)
+                mx[e >> 1] = fmaxf(mx[e >> 1], s[m][n][e]);
+        float corr[2], mc[2];
 #pragma unroll
         for (int r = 0; r < 2; r++) { /* the four lanes of a row hold its keys */
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            float mn = fmaxf(a[m].m[r], mx[r]);
-            corr[r] = mn == -INFINITY ? 1.0f : exp2f(a[m].m[r] - mn);
+            float mn = fmaxf(a[m].m[r], mx[r] * c);
+            corr[r] = mn == -INFINITY ? 1.0f : fast_exp2(a[m].m[r] - mn);
             a[m].m[r] = mn;
             a[m].l[r] *= corr[r];
+            mc[r] = mn == -INFINITY ? 0.0f : mn; /* a row that sees nothing yet: every p = ex2(-inf) = 0 */
         }
 #pragma unroll
         for (int n = 0; n < NK / 8; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                float p = s[m][n][e] == -INFINITY ? 0.0f : exp2f(s[m][n][e] - a[m].m[e >> 1]);
+                float p = fast_exp2(fmaf(s[m][n][e], c, -mc[e >> 1]));
                 s[m][n][e] = p;
                 a[m].l[e >> 1] += p;
             }
+        /* once every row's maximum holds still (most tiles after the
+         * first few), the output needs no rescaling */
+        if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f))
 #pragma unroll
-        for (int j = 0; j < HD / 8; j++) {
-            a[m].o[j][0] *= corr[0];
-            a[m].o[j][1] *= corr[0];
-            a[m].o[j][2] *= corr[1];
-            a[m].o[j][3] *= corr[1];
-        }
+            for (int j = 0; j < HD / 8; j++) {
+                a[m].o[j][0] *= corr[0];
+                a[m].o[j][1] *= corr[0];
+                a[m].o[j][2] *= corr[1];
+                a[m].o[j][3] *= corr[1];
+            }
     }
 #pragma unroll
     for (int ks = 0; ks < NK / 16; ks++) {
@@ -512,13 +543,14 @@ __global__ void __launch_bounds__(fa_shape<HD>::WARPS * 32, 2)
             float l = a[m].l[r];
             l += __shfl_xor_sync(0xffffffffu, l, 1);
             l += __shfl_xor_sync(0xffffffffu, l, 2);
+            l = 1.0f / l;
             int row = w0 + 16 * m + g + 8 * r;
             if (row >= nr)
                 continue;
             size_t at = ((size_t)(r0 + row) * H + h) * HD + tg * 2;
 #pragma unroll
             for (int d = 0; d < HD / 8; d++) {
-                float2 v = make_float2(a[m].o[d][2 * r] / l, a[m].o[d][2 * r + 1] / l);
+                float2 v = make_float2(a[m].o[d][2 * r] * l, a[m].o[d][2 * r + 1] * l);
                 *(float2 *)(out + at + d * 8) = v;
                 if (ob)
                     *(unsigned *)(ob + at + d * 8) = pack_bf16(v.x, v.y);
