@@ -163,10 +163,11 @@ __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
  * head_dim, rotate-half RoPE (inv: the float32 inverse frequencies computed
  * on the host as the CPU backend does); q's heads back in place, k's to the
  * cache with v's head of the same number, both rounded to bf16 (the
- * cache's precision). Lane l holds elements l + 32 j (head_dim up to 32
- * QK_MAX), its norm weights and frequencies read before the wait, so that
- * one round of loads follows it. */
-enum { QK_WARPS = 4, QK_MAX = 8 };
+ * cache's precision). Lane l holds the rotation pairs p = l + 32 j
+ * (elements p and p + head_dim / 2, which share one angle: one sincos a
+ * pair; head_dim up to 64 QK_PAIRS), its norm weights and frequencies read
+ * before the wait, so that one round of loads follows it. */
+enum { QK_WARPS = 4, QK_PAIRS = 4 };
 __global__ void __launch_bounds__(QK_WARPS * 32)
     k_qk_prepare(float *q, const float *k, const float *v, const void *qn, int dt_q, const void *kn, int dt_k,
                  __nv_bfloat16 *kc, __nv_bfloat16 *vc, const float *inv, int hd, int Hq, int Hk, int slots,
@@ -175,51 +176,53 @@ __global__ void __launch_bounds__(QK_WARPS * 32)
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, h = blockIdx.x * QK_WARPS + warp, i = blockIdx.y;
     bool is_q = h < Hq, live = h < Hq + Hk;
     int half = hd / 2;
-    float w[QK_MAX], f[QK_MAX], x[QK_MAX], vv[QK_MAX];
+    const void *nw = is_q ? qn : kn;
+    int dt = is_q ? dt_q : dt_k;
+    float w0[QK_PAIRS], w1[QK_PAIRS], f[QK_PAIRS], x0[QK_PAIRS], x1[QK_PAIRS], v0[QK_PAIRS], v1[QK_PAIRS];
 #pragma unroll
-    for (int j = 0; j < QK_MAX; j++) {
-        int t = lane + 32 * j;
-        w[j] = live && t < hd ? norm_w(is_q ? qn : kn, is_q ? dt_q : dt_k, t, plus_one) : 0.0f;
-        f[j] = t < hd ? inv[t < half ? t : t - half] : 0.0f;
+    for (int j = 0; j < QK_PAIRS; j++) {
+        int p = lane + 32 * j;
+        bool in = live && p < half;
+        w0[j] = in ? norm_w(nw, dt, p, plus_one) : 0.0f;
+        w1[j] = in ? norm_w(nw, dt, p + half, plus_one) : 0.0f;
+        f[j] = in ? inv[p] : 0.0f;
     }
     pdl_trigger();
     pdl_wait();
     if (!live)
         return;
-    extern __shared__ float normed[]; /* QK_WARPS x hd */
-    float *nv = normed + warp * hd;
     int hh = is_q ? h : h - Hq, cols = (is_q ? Hq : Hk) * hd;
     size_t at = (size_t)i * cols + (size_t)hh * hd;
     const float *src = (is_q ? q : k) + at;
     float ss = 0;
 #pragma unroll
-    for (int j = 0; j < QK_MAX; j++) {
-        int t = lane + 32 * j;
-        x[j] = t < hd ? src[t] : 0.0f;
-        vv[j] = t < hd && !is_q ? v[at + t] : 0.0f;
-        ss += x[j] * x[j];
+    for (int j = 0; j < QK_PAIRS; j++) {
+        int p = lane + 32 * j;
+        x0[j] = p < half ? src[p] : 0.0f;
+        x1[j] = p < half ? src[p + half] : 0.0f;
+        v0[j] = p < half && !is_q ? v[at + p] : 0.0f;
+        v1[j] = p < half && !is_q ? v[at + p + half] : 0.0f;
+        ss += x0[j] * x0[j] + x1[j] * x1[j];
     }
     float r = 1.0f / sqrtf(warp_sum(ss) / hd + eps);
-#pragma unroll
-    for (int j = 0; j < QK_MAX; j++)
-        if (lane + 32 * j < hd)
-            nv[lane + 32 * j] = x[j] * r * w[j];
-    __syncwarp();
     int pos = (dpos ? *dpos : pos0) + i;
     size_t slot = (size_t)(pos % slots) * cols + (size_t)hh * hd;
 #pragma unroll
-    for (int j = 0; j < QK_MAX; j++) {
-        int t = lane + 32 * j;
-        if (t >= hd)
+    for (int j = 0; j < QK_PAIRS; j++) {
+        int p = lane + 32 * j;
+        if (p >= half)
             continue;
-        float c, sn;
+        float a = x0[j] * r * w0[j], b = x1[j] * r * w1[j], c, sn;
         sincosf((float)pos * f[j], &sn, &c);
-        float out = t < half ? nv[t] * c - nv[t + half] * sn : nv[t] * c + nv[t - half] * sn;
+        float o0 = a * c - b * sn, o1 = b * c + a * sn;
         if (is_q) {
-            q[at + t] = out;
+            q[at + p] = o0;
+            q[at + p + half] = o1;
         } else {
-            kc[slot + t] = __float2bfloat16_rn(out);
-            vc[slot + t] = __float2bfloat16_rn(vv[j]);
+            kc[slot + p] = __float2bfloat16_rn(o0);
+            kc[slot + p + half] = __float2bfloat16_rn(o1);
+            vc[slot + p] = __float2bfloat16_rn(v0[j]);
+            vc[slot + p + half] = __float2bfloat16_rn(v1[j]);
         }
     }
 }
