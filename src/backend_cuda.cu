@@ -126,6 +126,8 @@ struct cuda_backend {
     xquant hq_q;
     float *part;
     size_t part_cap;
+    const void **gemm_ptrs; /* batched products: the weights', x's and outputs' addresses */
+    size_t gemm_ptrs_cap;
 
     int simt_attn; /* LMX_CUDA_ATTN=simt: prefill attention without tensor cores */
 #ifdef LMX_HAVE_NCCL
@@ -655,6 +657,31 @@ void gemv(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *xt,
                   (size_t)nr * ws[0]->rows, gelu);
 }
 
+/* outs[i] = xbf * ws[i]^T for n bf16 weights of N rows each, one batched
+ * cuBLAS product: twice the tiles of one product in a launch (Qwen3-0.6B's
+ * gate and up, k and v, whose single products fill few waves). */
+void batched_bf16(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *const *ws, int n_rows, int K)
+{
+    if (!grow(b, &b->gemm_ptrs, &b->gemm_ptrs_cap, 3 * LMX_MAX_MULTI, "product pointers"))
+        return;
+    ptr_set p = {};
+    for (int i = 0; i < n; i++) {
+        p.p[i] = ws[i]->data;
+        p.p[LMX_MAX_MULTI + i] = b->xbf;
+        p.p[2 * LMX_MAX_MULTI + i] = outs[i]->data;
+    }
+    launch(b, k_set_ptrs, 1, 3 * LMX_MAX_MULTI, 0, b->gemm_ptrs, p);
+    launched(b, "product pointers");
+    const float one = 1.0f, zero = 0.0f;
+    int N = ws[0]->rows;
+    blas_ok(b,
+            cublasGemmBatchedEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n_rows, K, &one, b->gemm_ptrs, CUDA_R_16BF, K,
+                                b->gemm_ptrs + LMX_MAX_MULTI, CUDA_R_16BF, K, &zero,
+                                (void *const *)(b->gemm_ptrs + 2 * LMX_MAX_MULTI), CUDA_R_32F, N, n,
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            "batched gemm bf16");
+}
+
 /* outs[i] = x * ws[i]^T; gated (n = 2): outs[0] = act(x * ws[0]^T) * (x * ws[1]^T),
  * outs[1] scratch. */
 void matmuls(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *x, const lmx_tensor *const *ws,
@@ -699,6 +726,16 @@ void matmuls(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *
             launched(b, "to bf16");
             b->xbf_of = x;
             b->xbf_rows = n_rows;
+        }
+        int same = 1; /* bf16 weights of this shape in a row: one batched product */
+        if (ws[i]->dtype == LMX_DT_BF16 && !ws[i]->bits)
+            while (i + same < n && ws[i + same]->dtype == LMX_DT_BF16 && !ws[i + same]->bits &&
+                   ws[i + same]->rows == N)
+                same++;
+        if (same > 1) {
+            batched_bf16(b, same, outs + i, ws + i, n_rows, K);
+            i += same - 1;
+            continue;
         }
         /* q8/q4: about WBF_ELEMS elements of weight rows at a time
          * dequantized to bf16, in multiples of 256 rows: an output column
@@ -1168,6 +1205,7 @@ void cuda_destroy(lmx_backend *be)
     cudaFree(b->hq);
     cudaFree(b->hqd);
     cudaFree(b->part);
+    cudaFree(b->gemm_ptrs);
     if (b->pool)
         lmx_pool_free(b->pool);
     cudaFree(b->d_step);

@@ -227,6 +227,19 @@ __global__ void __launch_bounds__(QK_WARPS * 32)
     }
 }
 
+/* Pointers for a batched cuBLAS product, to device memory (kernel
+ * arguments are copied at launch: nothing on the host must outlive it). */
+struct ptr_set {
+    const void *p[3 * LMX_MAX_MULTI];
+};
+__global__ void k_set_ptrs(const void **dst, ptr_set s)
+{
+    pdl_trigger();
+    pdl_wait(); /* the previous product may still read them */
+    if (threadIdx.x < 3 * LMX_MAX_MULTI)
+        dst[threadIdx.x] = s.p[threadIdx.x];
+}
+
 /* g = act(g) * u over n floats, four a thread; with gb (prefill) the
  * result also in bf16 for the next product. */
 __global__ void k_gated_act(float *g, const float *u, __nv_bfloat16 *gb, size_t n, int gelu)

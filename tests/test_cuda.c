@@ -164,7 +164,8 @@ static void check_matmul(pair *p)
 }
 
 /* matmul_multi (q, k, v of differing widths, fused into one launch when
- * decoding) and gated_mlp (both activations), decode and prefill rows. */
+ * decoding; and with k, v of one width, one batched product in prefill)
+ * and gated_mlp (both activations), decode and prefill rows. */
 static void check_fused_matmuls(pair *p)
 {
     const lmx_dtype dts[] = {LMX_DT_BF16, LMX_DT_F16, LMX_DT_F32};
@@ -173,6 +174,7 @@ static void check_fused_matmuls(pair *p)
     for (int d = 0; d < 3; d++) {
         both x = input(p, 64, K, LMX_DT_F32, 1.0f), w[3], o[3];
         both w_up = input(p, Ns[0], K, dts[d], 0.05f), up = output(p, 64, Ns[0]);
+        both w_v = input(p, Ns[1], K, dts[d], 0.05f), v = output(p, 64, Ns[1]);
         for (int i = 0; i < 3; i++) {
             w[i] = input(p, Ns[i], K, dts[d], 0.05f);
             o[i] = output(p, 64, Ns[i]);
@@ -188,6 +190,14 @@ static void check_fused_matmuls(pair *p)
                 snprintf(what, sizeof what, "matmul_multi %s rows %d output %d", lmx_dtype_name(dts[d]), rows[r], i);
                 same(p, &o[i], rows[r], tol, what);
             }
+            lmx_tensor *oc_kv[3] = {o[0].c, o[1].c, v.c}, *og_kv[3] = {o[0].g, o[1].g, v.g};
+            const lmx_tensor *wc_kv[3] = {w[0].c, w[1].c, w_v.c}, *wg_kv[3] = {w[0].g, w[1].g, w_v.g};
+            p->cpu->ops->matmul_multi(p->cpu, 3, oc_kv, x.c, wc_kv, rows[r]);
+            p->gpu->ops->matmul_multi(p->gpu, 3, og_kv, x.g, wg_kv, rows[r]);
+            snprintf(what, sizeof what, "matmul_multi %s rows %d, k and v of one width", lmx_dtype_name(dts[d]),
+                     rows[r]);
+            same(p, &o[1], rows[r], tol, what);
+            same(p, &v, rows[r], tol, what);
             for (int a = 0; a < 2; a++) {
                 p->cpu->ops->gated_mlp(p->cpu, o[0].c, up.c, x.c, w[0].c, w_up.c, rows[r], (lmx_activation)a);
                 p->gpu->ops->gated_mlp(p->gpu, o[0].g, up.g, x.g, w[0].g, w_up.g, rows[r], (lmx_activation)a);
@@ -199,6 +209,8 @@ static void check_fused_matmuls(pair *p)
         drop(p, &x);
         drop(p, &w_up);
         drop(p, &up);
+        drop(p, &w_v);
+        drop(p, &v);
         for (int i = 0; i < 3; i++) {
             drop(p, &w[i]);
             drop(p, &o[i]);
