@@ -849,7 +849,7 @@ void cuda_qk_prepare(lmx_backend *be, lmx_tensor *q, lmx_tensor *k, const lmx_te
         return;
     wrote(b, q);
     wrote(b, k);
-    if (head_dim % 2 || head_dim > 64 * QK_PAIRS || q_norm->cols != head_dim || k_norm->cols != head_dim ||
+    if (head_dim % 2 || head_dim > 256 || q_norm->cols != head_dim || k_norm->cols != head_dim ||
         k->cols != v->cols || kc->cols != k->cols || vc->cols != k->cols || kc->dtype != LMX_DT_BF16 ||
         vc->dtype != LMX_DT_BF16) {
         fail(b, LMX_ERR_INTERNAL, "cuda: qk_prepare of head_dim %d, norms of %d and %d", head_dim, q_norm->cols,
@@ -860,10 +860,14 @@ void cuda_qk_prepare(lmx_backend *be, lmx_tensor *q, lmx_tensor *k, const lmx_te
     if (!inv)
         return;
     bf16 *kcd = (bf16 *)kc->data, *vcd = (bf16 *)vc->data;
-    dim3 grid((unsigned)((q->cols / head_dim + k->cols / head_dim + QK_WARPS - 1) / QK_WARPS), (unsigned)n_rows);
-    launch(b, k_qk_prepare, grid, QK_WARPS * 32, 0, f32(q), f32(k),
-           f32(v), q_norm->data, (int)q_norm->dtype, k_norm->data, (int)k_norm->dtype, kcd, vcd, inv,
-           head_dim, q->cols / head_dim, k->cols / head_dim, kc->rows, step_pos(b, pos0), pos0, eps, plus_one);
+    dim3 grid((unsigned)((q->cols / head_dim + k->cols / head_dim + QK_WARPS - 1) / QK_WARPS),
+              (unsigned)((n_rows + QK_ROWS - 1) / QK_ROWS));
+    void (*kern)(float *, const float *, const float *, const void *, int, const void *, int, bf16 *, bf16 *,
+                 const float *, int, int, int, int, const int *, int, int, float, int) =
+        head_dim <= 64 ? k_qk_prepare<1> : head_dim <= 128 ? k_qk_prepare<2> : k_qk_prepare<4>;
+    launch(b, kern, grid, QK_WARPS * 32, 0, f32(q), f32(k), f32(v), q_norm->data, (int)q_norm->dtype, k_norm->data,
+           (int)k_norm->dtype, kcd, vcd, inv, head_dim, q->cols / head_dim, k->cols / head_dim, kc->rows,
+           step_pos(b, pos0), pos0, n_rows, eps, plus_one);
     launched(b, "qk_prepare");
 }
 

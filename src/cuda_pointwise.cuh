@@ -158,29 +158,33 @@ __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
         dst[i] = __float2bfloat16_rn(src[i]);
 }
 
-/* Attention's inputs, one warp per (head, row), QK_WARPS heads a block;
- * heads [0, Hq) are q's, [Hq, Hq + Hk) k's. Each head: RMSNorm over
+/* Attention's inputs, one warp per (head, QK_ROWS rows), QK_WARPS heads a
+ * block; heads [0, Hq) are q's, [Hq, Hq + Hk) k's. Each head: RMSNorm over
  * head_dim, rotate-half RoPE (inv: the float32 inverse frequencies computed
  * on the host as the CPU backend does); q's heads back in place, k's to the
  * cache with v's head of the same number, both rounded to bf16 (the
- * cache's precision). Lane l holds the rotation pairs p = l + 32 j
+ * cache's precision). Lane l holds the rotation pairs p = l + 32 j, j < P
  * (elements p and p + head_dim / 2, which share one angle: one sincos a
- * pair; head_dim up to 64 QK_PAIRS), its norm weights and frequencies read
- * before the wait, so that one round of loads follows it. */
-enum { QK_WARPS = 4, QK_PAIRS = 4 };
+ * pair; head_dim up to 64 P). Its norm weights and frequencies are read
+ * before the wait, then every row's elements in one round of loads (one
+ * row a warp moved 2 TB/s; four rows a warp took Qwen3-0.6B's 4096-token
+ * prefill from 246.8k to 252.8k tok/s, bench/RESULTS.md). */
+enum { QK_WARPS = 4, QK_ROWS = 4 };
+template <int P>
 __global__ void __launch_bounds__(QK_WARPS * 32)
     k_qk_prepare(float *q, const float *k, const float *v, const void *qn, int dt_q, const void *kn, int dt_k,
                  __nv_bfloat16 *kc, __nv_bfloat16 *vc, const float *inv, int hd, int Hq, int Hk, int slots,
-                 const int *dpos, int pos0, float eps, int plus_one)
+                 const int *dpos, int pos0, int n_rows, float eps, int plus_one)
 {
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, h = blockIdx.x * QK_WARPS + warp, i = blockIdx.y;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, h = blockIdx.x * QK_WARPS + warp;
+    int i0 = blockIdx.y * QK_ROWS, nr = min(QK_ROWS, n_rows - i0);
     bool is_q = h < Hq, live = h < Hq + Hk;
     int half = hd / 2;
     const void *nw = is_q ? qn : kn;
     int dt = is_q ? dt_q : dt_k;
-    float w0[QK_PAIRS], w1[QK_PAIRS], f[QK_PAIRS], x0[QK_PAIRS], x1[QK_PAIRS], v0[QK_PAIRS], v1[QK_PAIRS];
+    float w0[P], w1[P], f[P];
 #pragma unroll
-    for (int j = 0; j < QK_PAIRS; j++) {
+    for (int j = 0; j < P; j++) {
         int p = lane + 32 * j;
         bool in = live && p < half;
         w0[j] = in ? norm_w(nw, dt, p, plus_one) : 0.0f;
@@ -192,37 +196,49 @@ __global__ void __launch_bounds__(QK_WARPS * 32)
     if (!live)
         return;
     int hh = is_q ? h : h - Hq, cols = (is_q ? Hq : Hk) * hd;
-    size_t at = (size_t)i * cols + (size_t)hh * hd;
-    const float *src = (is_q ? q : k) + at;
-    float ss = 0;
+    const float *src = is_q ? q : k;
+    float x0[QK_ROWS][P], x1[QK_ROWS][P], v0[QK_ROWS][P], v1[QK_ROWS][P];
 #pragma unroll
-    for (int j = 0; j < QK_PAIRS; j++) {
-        int p = lane + 32 * j;
-        x0[j] = p < half ? src[p] : 0.0f;
-        x1[j] = p < half ? src[p + half] : 0.0f;
-        v0[j] = p < half && !is_q ? v[at + p] : 0.0f;
-        v1[j] = p < half && !is_q ? v[at + p + half] : 0.0f;
-        ss += x0[j] * x0[j] + x1[j] * x1[j];
-    }
-    float r = 1.0f / sqrtf(warp_sum(ss) / hd + eps);
-    int pos = (dpos ? *dpos : pos0) + i;
-    size_t slot = (size_t)(pos % slots) * cols + (size_t)hh * hd;
+    for (int r = 0; r < QK_ROWS; r++)
 #pragma unroll
-    for (int j = 0; j < QK_PAIRS; j++) {
-        int p = lane + 32 * j;
-        if (p >= half)
-            continue;
-        float a = x0[j] * r * w0[j], b = x1[j] * r * w1[j], c, sn;
-        sincosf((float)pos * f[j], &sn, &c);
-        float o0 = a * c - b * sn, o1 = b * c + a * sn;
-        if (is_q) {
-            q[at + p] = o0;
-            q[at + p + half] = o1;
-        } else {
-            kc[slot + p] = __float2bfloat16_rn(o0);
-            kc[slot + p + half] = __float2bfloat16_rn(o1);
-            vc[slot + p] = __float2bfloat16_rn(v0[j]);
-            vc[slot + p + half] = __float2bfloat16_rn(v1[j]);
+        for (int j = 0; j < P; j++) {
+            int p = lane + 32 * j;
+            bool in = r < nr && p < half;
+            size_t at = (size_t)(i0 + r) * cols + (size_t)hh * hd + p;
+            x0[r][j] = in ? src[at] : 0.0f;
+            x1[r][j] = in ? src[at + half] : 0.0f;
+            v0[r][j] = in && !is_q ? v[at] : 0.0f;
+            v1[r][j] = in && !is_q ? v[at + half] : 0.0f;
+        }
+    int pos0r = (dpos ? *dpos : pos0) + i0;
+#pragma unroll
+    for (int r = 0; r < QK_ROWS; r++) {
+        if (r >= nr)
+            break;
+        float ss = 0;
+#pragma unroll
+        for (int j = 0; j < P; j++)
+            ss += x0[r][j] * x0[r][j] + x1[r][j] * x1[r][j];
+        float rs = 1.0f / sqrtf(warp_sum(ss) / hd + eps);
+        int pos = pos0r + r;
+        size_t at = (size_t)(i0 + r) * cols + (size_t)hh * hd, slot = (size_t)(pos % slots) * cols + (size_t)hh * hd;
+#pragma unroll
+        for (int j = 0; j < P; j++) {
+            int p = lane + 32 * j;
+            if (p >= half)
+                continue;
+            float a = x0[r][j] * rs * w0[j], b = x1[r][j] * rs * w1[j], c, sn;
+            sincosf((float)pos * f[j], &sn, &c);
+            float o0 = a * c - b * sn, o1 = b * c + a * sn;
+            if (is_q) {
+                q[at + p] = o0;
+                q[at + p + half] = o1;
+            } else {
+                kc[slot + p] = __float2bfloat16_rn(o0);
+                kc[slot + p + half] = __float2bfloat16_rn(o1);
+                vc[slot + p] = __float2bfloat16_rn(v0[r][j]);
+                vc[slot + p + half] = __float2bfloat16_rn(v1[r][j]);
+            }
         }
     }
 }
