@@ -37,28 +37,61 @@ static inline float el_bf16(const uint16_t *p) { return lmx_bf16_to_f32(*p); }
 static inline float el_f16(const uint16_t *p) { return h2f(*p); }
 static inline float el_f32(const float *p) { return *p; }
 
+/* One x row (decode): a thread's rows in MV_STREAMS parts read side by
+ * side, row i of every part at once, so that as many sequential streams
+ * far apart are in flight (the AVX-512 path's scheme, cpu_kern_avx512.c).
+ * out[q * ors] = w[q * ws .. + K) . x for q < S, each row summed exactly
+ * as alone. */
+enum { MV_STREAMS = 4 };
+#define MATVEC_ROWS(NAME, T, LD, EL)                                                               \
+    static inline __attribute__((always_inline)) void NAME(const T *w, size_t ws, int K, const float *x, \
+                                                           float *out, size_t ors, int S)          \
+    {                                                                                              \
+        __m256 a[MV_STREAMS][4];                                                                   \
+        for (int q = 0; q < S; q++)                                                                \
+            a[q][0] = a[q][1] = a[q][2] = a[q][3] = _mm256_setzero_ps();                           \
+        int k = 0;                                                                                 \
+        for (; k + 32 <= K; k += 32) {                                                             \
+            __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);                   \
+            __m256 x2 = _mm256_loadu_ps(x + k + 16), x3 = _mm256_loadu_ps(x + k + 24);             \
+            for (int q = 0; q < S; q++) {                                                          \
+                const T *wq = w + q * ws + k;                                                      \
+                a[q][0] = _mm256_fmadd_ps(LD(wq), x0, a[q][0]);                                    \
+                a[q][1] = _mm256_fmadd_ps(LD(wq + 8), x1, a[q][1]);                                \
+                a[q][2] = _mm256_fmadd_ps(LD(wq + 16), x2, a[q][2]);                               \
+                a[q][3] = _mm256_fmadd_ps(LD(wq + 24), x3, a[q][3]);                               \
+            }                                                                                      \
+        }                                                                                          \
+        for (; k + 8 <= K; k += 8) {                                                               \
+            __m256 xv = _mm256_loadu_ps(x + k);                                                    \
+            for (int q = 0; q < S; q++)                                                            \
+                a[q][0] = _mm256_fmadd_ps(LD(w + q * ws + k), xv, a[q][0]);                        \
+        }                                                                                          \
+        for (int q = 0; q < S; q++) {                                                              \
+            float s = hsum(_mm256_add_ps(_mm256_add_ps(a[q][0], a[q][1]), _mm256_add_ps(a[q][2], a[q][3]))); \
+            for (int kk = k; kk < K; kk++)                                                         \
+                s += EL(w + q * ws + kk) * x[kk];                                                  \
+            out[q * ors] = s;                                                                      \
+        }                                                                                          \
+    }
+
+/* Float weights: with one x row, the rows r0..r1 cut into MV_STREAMS
+ * parts (rows left over one at a time); with more, one weight row at a
+ * time, read once for up to 4 x rows. */
 #define MATVEC_FLOAT(NAME, T, LD, EL)                                                              \
+    MATVEC_ROWS(NAME##_rows, T, LD, EL)                                                            \
     static void NAME(const T *wd, int K, int r0, int r1, const float *x, int n, float *out, int ldo) \
     {                                                                                              \
+        if (n == 1) {                                                                              \
+            size_t part = (size_t)(r1 - r0) / MV_STREAMS;                                          \
+            for (int r = r0; r < r0 + (int)part; r++)                                              \
+                NAME##_rows(wd + (size_t)r * K, part * K, K, x, out + r, part, MV_STREAMS);        \
+            for (int r = r0 + MV_STREAMS * (int)part; r < r1; r++)                                 \
+                NAME##_rows(wd + (size_t)r * K, 0, K, x, out + r, 0, 1);                           \
+            return;                                                                                \
+        }                                                                                          \
         for (int r = r0; r < r1; r++) {                                                            \
             const T *w = wd + (size_t)r * K;                                                       \
-            if (n == 1) {                                                                          \
-                __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                        \
-                int k = 0;                                                                         \
-                for (; k + 32 <= K; k += 32) {                                                     \
-                    a0 = _mm256_fmadd_ps(LD(w + k), _mm256_loadu_ps(x + k), a0);                   \
-                    a1 = _mm256_fmadd_ps(LD(w + k + 8), _mm256_loadu_ps(x + k + 8), a1);           \
-                    a2 = _mm256_fmadd_ps(LD(w + k + 16), _mm256_loadu_ps(x + k + 16), a2);         \
-                    a3 = _mm256_fmadd_ps(LD(w + k + 24), _mm256_loadu_ps(x + k + 24), a3);         \
-                }                                                                                  \
-                for (; k + 8 <= K; k += 8)                                                         \
-                    a0 = _mm256_fmadd_ps(LD(w + k), _mm256_loadu_ps(x + k), a0);                   \
-                float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));       \
-                for (; k < K; k++)                                                                 \
-                    s += EL(w + k) * x[k];                                                         \
-                out[r] = s;                                                                        \
-                continue;                                                                          \
-            }                                                                                      \
             __m256 acc[4];                                                                         \
             for (int i = 0; i < 4; i++)                                                            \
                 acc[i] = _mm256_setzero_ps();                                                      \
