@@ -163,13 +163,18 @@ static inline __m512i ld_q(const uint8_t *q, int c, int q4, int G)
     return _mm512_zextsi256_si512(v);
 }
 
-/* Quantized rows against x quantized per group (lmx_cpu_x): per group one
- * vpdpbusd (unsigned weights times signed x, four products a lane, exact in
- * int32), one conversion and one FMA with scale * step; steps and the bias
- * terms 8 groups at a time. Each weight is read, and q4 split into nibbles,
- * once for all n rows of x. */
-static inline __attribute__((always_inline)) void mv_quant(const lmx_cpu_weight *w, int r0, int r1,
-                                                           const lmx_cpu_x *x, float *out, int ldo, const int n)
+/* Quantized rows against x quantized per group (lmx_cpu_x): P weight rows
+ * (r + q * part, q < P) times N rows of x, P * N <= 4, both constants
+ * where inlined (so the arrays below live in registers). Per group one
+ * vpdpbusd (unsigned weights times signed x, four products a lane, exact
+ * in int32), one conversion and one FMA with scale * step; steps and the
+ * bias terms 8 groups at a time. Each weight is read, and q4 split into
+ * nibbles, once for all N rows of x; P > 1 (decode) reads P rows far
+ * apart side by side, as MATVEC_FLOAT. Sum (q, i) goes to out[i * ldo +
+ * q * part]. */
+static inline __attribute__((always_inline)) void mv_quant(const lmx_cpu_weight *w, int r, size_t part,
+                                                           const lmx_cpu_x *x, float *out, int ldo, const int P,
+                                                           const int N)
 {
     int K = w->cols, G = w->group, ng = K / G, q4 = w->kind == LMX_WK_Q4;
     size_t row_bytes = (size_t)K / (q4 ? 2 : 1);
@@ -177,133 +182,78 @@ static inline __attribute__((always_inline)) void mv_quant(const lmx_cpu_weight 
     const float *xd = x->xd;
     const int32_t *qs = x->xqsum;
     __mmask64 xmask = G >= 64 ? ~0ull : 0xffffffffull;
-    for (int r = r0; r < r1; r++) {
-        const uint8_t *q = (const uint8_t *)w->data + (size_t)r * row_bytes;
-        const uint16_t *sc = w->scales + (size_t)r * ng, *bi = w->biases + (size_t)r * ng;
-        __m512 acc[4], acc2[4];
-        __m256 bacc[4];
-        for (int i = 0; i < n; i++)
-            acc[i] = acc2[i] = _mm512_setzero_ps(), bacc[i] = _mm256_setzero_ps();
-        for (int g0 = 0; g0 < ng; g0 += 8) {
-            int m = ng - g0 < 8 ? ng - g0 : 8;
-            __mmask8 mk = (__mmask8)((1u << m) - 1u);
-            __m256 s8 = _mm256_cvtph_ps(_mm_maskz_loadu_epi16(mk, sc + g0));
-            __m256 b8 = _mm256_cvtph_ps(_mm_maskz_loadu_epi16(mk, bi + g0));
-            float sd[4][8];
-            for (int i = 0; i < n; i++) {
-                size_t o = (size_t)i * ng + (size_t)g0;
-                __m256 d8 = _mm256_maskz_loadu_ps(mk, xd + o);
-                _mm256_storeu_ps(sd[i], _mm256_mul_ps(s8, d8));
-                __m256 qs8 = _mm256_cvtepi32_ps(_mm256_maskz_loadu_epi32(mk, qs + o));
-                bacc[i] = _mm256_fmadd_ps(_mm256_mul_ps(b8, d8), qs8, bacc[i]);
-            }
-            int j = 0;
-            if (q4 && G == 64) /* two groups a load: xq in runs of 128 */
-                for (; j + 1 < m; j += 2) {
-                    int c = (g0 + j) * G;
-                    prefetch(q + c / 2);
-                    __m512i b = _mm512_loadu_si512(q + c / 2), f = _mm512_set1_epi8(15);
-                    __m512i lo = _mm512_and_si512(b, f), hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), f);
-                    for (int i = 0; i < n; i++) {
-                        const int8_t *xi = xq + (size_t)i * K + c;
-                        __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xi));
-                        d = _mm512_dpbusd_epi32(d, hi, _mm512_loadu_si512(xi + 64)); /* lanes 0-7: group j */
-                        __m512 s = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(sd[i][j])),
-                                                                       _mm256_castps_pd(_mm256_set1_ps(sd[i][j + 1])), 1));
-                        if (j & 2)
-                            acc2[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc2[i]);
-                        else
-                            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc[i]);
-                    }
-                }
-            for (; j < m; j++) {
-                int c = (g0 + j) * G;
-                prefetch(q + c / (q4 ? 2 : 1));
-                __m512i v = ld_q(q, c, q4, G);
-                for (int i = 0; i < n; i++) {
-                    __m512i xv = _mm512_maskz_loadu_epi8(xmask, xq + (size_t)i * K + c);
-                    __m512 d = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), v, xv));
-                    if (j & 1) /* two chains of FMAs */
-                        acc2[i] = _mm512_fmadd_ps(d, _mm512_set1_ps(sd[i][j]), acc2[i]);
-                    else
-                        acc[i] = _mm512_fmadd_ps(d, _mm512_set1_ps(sd[i][j]), acc[i]);
-                }
-            }
-        }
-        for (int i = 0; i < n; i++)
-            out[(size_t)i * ldo + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i], acc2[i])) + hsum256(bacc[i]);
-    }
-}
-
-/* One x row (decode): mv_quant's sums for rows r + q * part, q < S (S <=
- * MV_STREAMS, a constant where inlined), read side by side as MATVEC_ROWS
- * reads float rows; each row's arithmetic is mv_quant's with n = 1. */
-static inline __attribute__((always_inline)) void mv_quant_rows(const lmx_cpu_weight *w, int r, size_t part,
-                                                                const lmx_cpu_x *x, float *out, int S)
-{
-    int K = w->cols, G = w->group, ng = K / G, q4 = w->kind == LMX_WK_Q4;
-    size_t row_bytes = (size_t)K / (q4 ? 2 : 1);
-    __mmask64 xmask = G >= 64 ? ~0ull : 0xffffffffull;
-    const uint8_t *qr[MV_STREAMS];
-    const uint16_t *sc[MV_STREAMS], *bi[MV_STREAMS];
-    __m512 acc[MV_STREAMS], acc2[MV_STREAMS];
-    __m256 bacc[MV_STREAMS];
-    for (int q = 0; q < S; q++) {
+    const uint8_t *qr[4];
+    const uint16_t *sc[4], *bi[4];
+    __m512 acc[4], acc2[4]; /* index q * N + i */
+    __m256 bacc[4];
+    for (int q = 0; q < P; q++) {
         size_t rq = (size_t)r + q * part;
         qr[q] = (const uint8_t *)w->data + rq * row_bytes;
         sc[q] = w->scales + rq * ng;
         bi[q] = w->biases + rq * ng;
-        acc[q] = acc2[q] = _mm512_setzero_ps();
-        bacc[q] = _mm256_setzero_ps();
     }
+    for (int a = 0; a < P * N; a++)
+        acc[a] = acc2[a] = _mm512_setzero_ps(), bacc[a] = _mm256_setzero_ps();
     for (int g0 = 0; g0 < ng; g0 += 8) {
         int m = ng - g0 < 8 ? ng - g0 : 8;
         __mmask8 mk = (__mmask8)((1u << m) - 1u);
-        __m256 d8 = _mm256_maskz_loadu_ps(mk, x->xd + g0);
-        __m256 qs8 = _mm256_cvtepi32_ps(_mm256_maskz_loadu_epi32(mk, x->xqsum + g0));
-        float sd[MV_STREAMS][8];
-        for (int q = 0; q < S; q++) {
+        float sd[4][8];
+        for (int q = 0; q < P; q++) {
             __m256 s8 = _mm256_cvtph_ps(_mm_maskz_loadu_epi16(mk, sc[q] + g0));
             __m256 b8 = _mm256_cvtph_ps(_mm_maskz_loadu_epi16(mk, bi[q] + g0));
-            _mm256_storeu_ps(sd[q], _mm256_mul_ps(s8, d8));
-            bacc[q] = _mm256_fmadd_ps(_mm256_mul_ps(b8, d8), qs8, bacc[q]);
+            for (int i = 0; i < N; i++) {
+                size_t o = (size_t)i * ng + (size_t)g0;
+                __m256 d8 = _mm256_maskz_loadu_ps(mk, xd + o);
+                _mm256_storeu_ps(sd[q * N + i], _mm256_mul_ps(s8, d8));
+                __m256 qs8 = _mm256_cvtepi32_ps(_mm256_maskz_loadu_epi32(mk, qs + o));
+                bacc[q * N + i] = _mm256_fmadd_ps(_mm256_mul_ps(b8, d8), qs8, bacc[q * N + i]);
+            }
         }
         int j = 0;
         if (q4 && G == 64) /* two groups a load: xq in runs of 128 */
             for (; j + 1 < m; j += 2) {
                 int c = (g0 + j) * G;
-                __m512i xlo = _mm512_loadu_si512(x->xq + c), xhi = _mm512_loadu_si512(x->xq + c + 64);
-                __m512i f = _mm512_set1_epi8(15);
-                for (int q = 0; q < S; q++) {
+                for (int q = 0; q < P; q++) {
                     prefetch(qr[q] + c / 2);
-                    __m512i b = _mm512_loadu_si512(qr[q] + c / 2);
+                    __m512i b = _mm512_loadu_si512(qr[q] + c / 2), f = _mm512_set1_epi8(15);
                     __m512i lo = _mm512_and_si512(b, f), hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), f);
-                    __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xlo);
-                    d = _mm512_dpbusd_epi32(d, hi, xhi); /* lanes 0-7: group j */
-                    __m512 sv = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(sd[q][j])),
-                                                                    _mm256_castps_pd(_mm256_set1_ps(sd[q][j + 1])), 1));
-                    if (j & 2)
-                        acc2[q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sv, acc2[q]);
-                    else
-                        acc[q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sv, acc[q]);
+                    for (int i = 0; i < N; i++) {
+                        const int8_t *xi = xq + (size_t)i * K + c;
+                        __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xi));
+                        d = _mm512_dpbusd_epi32(d, hi, _mm512_loadu_si512(xi + 64)); /* lanes 0-7: group j */
+                        int a = q * N + i;
+                        __m512 s = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(sd[a][j])),
+                                                                       _mm256_castps_pd(_mm256_set1_ps(sd[a][j + 1])), 1));
+                        if (j & 2)
+                            acc2[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc2[a]);
+                        else
+                            acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc[a]);
+                    }
                 }
             }
         for (; j < m; j++) {
             int c = (g0 + j) * G;
-            __m512i xv = _mm512_maskz_loadu_epi8(xmask, x->xq + c);
-            for (int q = 0; q < S; q++) {
+            for (int q = 0; q < P; q++) {
                 prefetch(qr[q] + c / (q4 ? 2 : 1));
                 __m512i v = ld_q(qr[q], c, q4, G);
-                __m512 d = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), v, xv));
-                if (j & 1) /* two chains of FMAs */
-                    acc2[q] = _mm512_fmadd_ps(d, _mm512_set1_ps(sd[q][j]), acc2[q]);
-                else
-                    acc[q] = _mm512_fmadd_ps(d, _mm512_set1_ps(sd[q][j]), acc[q]);
+                for (int i = 0; i < N; i++) {
+                    __m512i xv = _mm512_maskz_loadu_epi8(xmask, xq + (size_t)i * K + c);
+                    __m512 d = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), v, xv));
+                    int a = q * N + i;
+                    if (j & 1) /* two chains of FMAs */
+                        acc2[a] = _mm512_fmadd_ps(d, _mm512_set1_ps(sd[a][j]), acc2[a]);
+                    else
+                        acc[a] = _mm512_fmadd_ps(d, _mm512_set1_ps(sd[a][j]), acc[a]);
+                }
             }
         }
     }
-    for (int q = 0; q < S; q++)
-        out[q * part] = _mm512_reduce_add_ps(_mm512_add_ps(acc[q], acc2[q])) + hsum256(bacc[q]);
+    for (int q = 0; q < P; q++)
+        for (int i = 0; i < N; i++) {
+            int a = q * N + i;
+            out[(size_t)i * ldo + q * part] =
+                _mm512_reduce_add_ps(_mm512_add_ps(acc[a], acc2[a])) + hsum256(bacc[a]);
+        }
 }
 
 static void matvec_avx512(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x *x, int n, float *out,
@@ -313,19 +263,22 @@ static void matvec_avx512(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu
     case LMX_WK_BF16: mv_bf16(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
     case LMX_WK_F16: mv_f16(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
     case LMX_WK_F32: mv_f32(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
-    default: /* n as a constant, so the per-row arrays live in registers */
+    default: /* P and n as constants, so the per-row arrays live in registers */
         if (n == 1) { /* four streams, as MATVEC_FLOAT */
             size_t part = (size_t)(r1 - r0) / MV_STREAMS;
             for (int r = r0; r < r0 + (int)part; r++)
-                mv_quant_rows(w, r, part, x, out + r, MV_STREAMS);
+                mv_quant(w, r, part, x, out + r, ldo, MV_STREAMS, 1);
             for (int r = r0 + MV_STREAMS * (int)part; r < r1; r++)
-                mv_quant_rows(w, r, 0, x, out + r, 1);
-        } else if (n == 2)
-            mv_quant(w, r0, r1, x, out, ldo, 2);
-        else if (n == 3)
-            mv_quant(w, r0, r1, x, out, ldo, 3);
-        else
-            mv_quant(w, r0, r1, x, out, ldo, 4);
+                mv_quant(w, r, 0, x, out + r, ldo, 1, 1);
+            break;
+        }
+        for (int r = r0; r < r1; r++)
+            if (n == 2)
+                mv_quant(w, r, 0, x, out + r, ldo, 1, 2);
+            else if (n == 3)
+                mv_quant(w, r, 0, x, out + r, ldo, 1, 3);
+            else
+                mv_quant(w, r, 0, x, out + r, ldo, 1, 4);
         break;
     }
 }
