@@ -119,56 +119,71 @@ MATVEC_FLOAT(mv_f32, float, ld_f32, el_f32)
  * and vpmaddwd to int32, per group one conversion and one FMA. q4's pairs
  * stay below 2 * 15 * 127; q8's would overflow int16 (2 * 255 * 127), so
  * q8 runs on q - 128, by magnitude |q - 128| <= 128 with its sign moved onto
- * x, and adds 128 * sum(xq) per group back. */
-static inline __attribute__((always_inline)) void mv_quant(const lmx_cpu_weight *w, int r0, int r1,
-                                                           const lmx_cpu_x *x, float *out, int ldo, const int n)
+ * x, and adds 128 * sum(xq) per group back. P weight rows (r + q * part,
+ * q < P) times N rows of x, P * N <= 4, both constants where inlined;
+ * decode's P = 4 reads four rows far apart side by side, as MATVEC_FLOAT.
+ * Sum (q, i) goes to out[i * ldo + q * part]. */
+static inline __attribute__((always_inline)) void mv_quant(const lmx_cpu_weight *w, int r, size_t part,
+                                                           const lmx_cpu_x *x, float *out, int ldo, const int P,
+                                                           const int N)
 {
     int K = w->cols, G = w->group, ng = K / G, q4 = w->kind == LMX_WK_Q4;
     size_t row_bytes = (size_t)K / (q4 ? 2 : 1);
     const __m128i low4 = _mm_set1_epi8(15);
     const __m256i ones = _mm256_set1_epi16(1), bias8 = _mm256_set1_epi8((char)0x80);
-    for (int r = r0; r < r1; r++) {
-        const uint8_t *q = (const uint8_t *)w->data + (size_t)r * row_bytes;
-        const uint16_t *sc = w->scales + (size_t)r * ng, *bi = w->biases + (size_t)r * ng;
-        __m256 acc[4];
-        float bsum[4];
-        for (int i = 0; i < n; i++)
-            acc[i] = _mm256_setzero_ps(), bsum[i] = 0;
-        for (int g = 0; g < ng; g++) {
-            __m256i d[4];
-            for (int i = 0; i < n; i++)
-                d[i] = _mm256_setzero_si256();
-            for (int c = g * G; c < (g + 1) * G; c += 32) {
-                const int8_t *xc = x->xq + c;
+    const uint8_t *qr[4];
+    const uint16_t *sc[4], *bi[4];
+    __m256 acc[4]; /* index q * N + i */
+    float bsum[4];
+    for (int q = 0; q < P; q++) {
+        size_t rq = (size_t)r + q * part;
+        qr[q] = (const uint8_t *)w->data + rq * row_bytes;
+        sc[q] = w->scales + rq * ng;
+        bi[q] = w->biases + rq * ng;
+    }
+    for (int a = 0; a < P * N; a++)
+        acc[a] = _mm256_setzero_ps(), bsum[a] = 0;
+    for (int g = 0; g < ng; g++) {
+        __m256i d[4];
+        for (int a = 0; a < P * N; a++)
+            d[a] = _mm256_setzero_si256();
+        for (int c = g * G; c < (g + 1) * G; c += 32) {
+            const int8_t *xc = x->xq + c;
+            for (int q = 0; q < P; q++) {
                 if (q4) { /* low nibbles (evens), then high (odds), as xq is ordered */
-                    __m128i b = _mm_loadu_si128((const void *)(q + c / 2));
+                    __m128i b = _mm_loadu_si128((const void *)(qr[q] + c / 2));
                     __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(b, low4)),
                                                         _mm_and_si128(_mm_srli_epi16(b, 4), low4), 1);
-                    for (int i = 0; i < n; i++) {
+                    for (int i = 0; i < N; i++) {
                         __m256i p = _mm256_maddubs_epi16(v, _mm256_loadu_si256((const void *)(xc + (size_t)i * K)));
-                        d[i] = _mm256_add_epi32(d[i], _mm256_madd_epi16(p, ones));
+                        d[q * N + i] = _mm256_add_epi32(d[q * N + i], _mm256_madd_epi16(p, ones));
                     }
                 } else {
-                    __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const void *)(q + c)), bias8);
+                    __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const void *)(qr[q] + c)), bias8);
                     __m256i mag = _mm256_abs_epi8(v);
-                    for (int i = 0; i < n; i++) {
+                    for (int i = 0; i < N; i++) {
                         __m256i sx = _mm256_sign_epi8(_mm256_loadu_si256((const void *)(xc + (size_t)i * K)), v);
-                        d[i] = _mm256_add_epi32(d[i], _mm256_madd_epi16(_mm256_maddubs_epi16(mag, sx), ones));
+                        d[q * N + i] =
+                            _mm256_add_epi32(d[q * N + i], _mm256_madd_epi16(_mm256_maddubs_epi16(mag, sx), ones));
                     }
                 }
             }
-            float s = h2f(sc[g]), b = h2f(bi[g]);
-            for (int i = 0; i < n; i++) {
+        }
+        for (int q = 0; q < P; q++) {
+            float s = h2f(sc[q][g]), b = h2f(bi[q][g]);
+            for (int i = 0; i < N; i++) {
                 size_t o = (size_t)i * ng + (size_t)g;
                 /* q8: s * (q . xq) = s * ((q - 128) . xq) + 128 * s * sum(xq) */
                 float xd = x->xd[o], sb = q4 ? b : b + 128.0f * s;
-                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[i]), _mm256_set1_ps(s * xd), acc[i]);
-                bsum[i] += xd * sb * (float)x->xqsum[o];
+                int a = q * N + i;
+                acc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[a]), _mm256_set1_ps(s * xd), acc[a]);
+                bsum[a] += xd * sb * (float)x->xqsum[o];
             }
         }
-        for (int i = 0; i < n; i++)
-            out[(size_t)i * ldo + r] = hsum(acc[i]) + bsum[i];
     }
+    for (int q = 0; q < P; q++)
+        for (int i = 0; i < N; i++)
+            out[(size_t)i * ldo + q * part] = hsum(acc[q * N + i]) + bsum[q * N + i];
 }
 
 static void matvec_avx2(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x *x, int n, float *out,
@@ -178,15 +193,22 @@ static void matvec_avx2(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x
     case LMX_WK_BF16: mv_bf16(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
     case LMX_WK_F16: mv_f16(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
     case LMX_WK_F32: mv_f32(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
-    default: /* n as a constant, so the per-row arrays live in registers */
-        if (n == 1)
-            mv_quant(w, r0, r1, x, out, ldo, 1);
-        else if (n == 2)
-            mv_quant(w, r0, r1, x, out, ldo, 2);
-        else if (n == 3)
-            mv_quant(w, r0, r1, x, out, ldo, 3);
-        else
-            mv_quant(w, r0, r1, x, out, ldo, 4);
+    default: /* P and n as constants, so the per-row arrays live in registers */
+        if (n == 1) { /* four streams, as MATVEC_FLOAT */
+            size_t part = (size_t)(r1 - r0) / MV_STREAMS;
+            for (int r = r0; r < r0 + (int)part; r++)
+                mv_quant(w, r, part, x, out + r, ldo, MV_STREAMS, 1);
+            for (int r = r0 + MV_STREAMS * (int)part; r < r1; r++)
+                mv_quant(w, r, 0, x, out + r, ldo, 1, 1);
+            break;
+        }
+        for (int r = r0; r < r1; r++)
+            if (n == 2)
+                mv_quant(w, r, 0, x, out + r, ldo, 1, 2);
+            else if (n == 3)
+                mv_quant(w, r, 0, x, out + r, ldo, 1, 3);
+            else
+                mv_quant(w, r, 0, x, out + r, ldo, 1, 4);
         break;
     }
 }
