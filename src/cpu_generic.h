@@ -223,6 +223,46 @@ static inline void gen_quant_rows(const lmx_cpu_weight *src, const lmx_cpu_weigh
     }
 }
 
+enum { MV_STREAMS = 4 }; /* decode matvec: streams a thread */
+
+/* Decode's float matvec over rows r0..r1 of wd (K a row) with one x row:
+ * ROWS(w, ws, K, x, out, ors, S) being a path's always-inline kernel of S
+ * weight rows ws elements apart, the rows cut into MV_STREAMS parts and
+ * row i of every part read at once (four streams a thread), rows left
+ * over one at a time. */
+#define GEN_FLOAT_MATVEC1(ROWS, wd, K, r0, r1, x, out)                                             \
+    do {                                                                                           \
+        size_t part_ = (size_t)((r1) - (r0)) / MV_STREAMS;                                         \
+        for (int r_ = (r0); r_ < (r0) + (int)part_; r_++)                                          \
+            ROWS((wd) + (size_t)r_ * (K), part_ * (K), K, x, (out) + r_, part_, MV_STREAMS);       \
+        for (int r_ = (r0) + MV_STREAMS * (int)part_; r_ < (r1); r_++)                             \
+            ROWS((wd) + (size_t)r_ * (K), 0, K, x, (out) + r_, 0, 1);                              \
+    } while (0)
+
+/* The q8/q4 matvec's calls, MV(w, r, part, x, out, ldo, P, N) being a
+ * path's always-inline kernel of P weight rows (r + q * part) times N rows
+ * of x: one x row (decode) reads four rows far apart side by side (four
+ * streams a thread; rows left over one at a time), more x rows one weight
+ * row at a time; P and N constants at every call. */
+#define GEN_QUANT_MATVEC(MV, w, r0, r1, x, n, out, ldo)                                            \
+    do {                                                                                           \
+        if ((n) == 1) {                                                                            \
+            size_t part_ = (size_t)((r1) - (r0)) / MV_STREAMS;                                     \
+            for (int r_ = (r0); r_ < (r0) + (int)part_; r_++)                                      \
+                MV(w, r_, part_, x, (out) + r_, ldo, MV_STREAMS, 1);                               \
+            for (int r_ = (r0) + MV_STREAMS * (int)part_; r_ < (r1); r_++)                         \
+                MV(w, r_, 0, x, (out) + r_, ldo, 1, 1);                                            \
+        } else {                                                                                   \
+            for (int r_ = (r0); r_ < (r1); r_++)                                                   \
+                if ((n) == 2)                                                                      \
+                    MV(w, r_, 0, x, (out) + r_, ldo, 1, 2);                                        \
+                else if ((n) == 3)                                                                 \
+                    MV(w, r_, 0, x, (out) + r_, ldo, 1, 3);                                        \
+                else                                                                               \
+                    MV(w, r_, 0, x, (out) + r_, ldo, 1, 4);                                        \
+        }                                                                                          \
+    } while (0)
+
 /* Attention blocks of keys and values of element type T (float, or
  * uint16_t for float16) through the path's own dot and axpy over T. */
 #define GEN_ATTN(SUFFIX, T, DOT, AXPY)                                                             \

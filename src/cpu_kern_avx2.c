@@ -42,7 +42,6 @@ static inline float el_f32(const float *p) { return *p; }
  * far apart are in flight (the AVX-512 path's scheme, cpu_kern_avx512.c).
  * out[q * ors] = w[q * ws .. + K) . x for q < S, each row summed exactly
  * as alone. */
-enum { MV_STREAMS = 4 };
 #define MATVEC_ROWS(NAME, T, LD, EL)                                                               \
     static inline __attribute__((always_inline)) void NAME(const T *w, size_t ws, int K, const float *x, \
                                                            float *out, size_t ors, int S)          \
@@ -83,11 +82,7 @@ enum { MV_STREAMS = 4 };
     static void NAME(const T *wd, int K, int r0, int r1, const float *x, int n, float *out, int ldo) \
     {                                                                                              \
         if (n == 1) {                                                                              \
-            size_t part = (size_t)(r1 - r0) / MV_STREAMS;                                          \
-            for (int r = r0; r < r0 + (int)part; r++)                                              \
-                NAME##_rows(wd + (size_t)r * K, part * K, K, x, out + r, part, MV_STREAMS);        \
-            for (int r = r0 + MV_STREAMS * (int)part; r < r1; r++)                                 \
-                NAME##_rows(wd + (size_t)r * K, 0, K, x, out + r, 0, 1);                           \
+            GEN_FLOAT_MATVEC1(NAME##_rows, wd, K, r0, r1, x, out);                                 \
             return;                                                                                \
         }                                                                                          \
         for (int r = r0; r < r1; r++) {                                                            \
@@ -193,22 +188,8 @@ static void matvec_avx2(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu_x
     case LMX_WK_BF16: mv_bf16(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
     case LMX_WK_F16: mv_f16(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
     case LMX_WK_F32: mv_f32(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
-    default: /* P and n as constants, so the per-row arrays live in registers */
-        if (n == 1) { /* four streams, as MATVEC_FLOAT */
-            size_t part = (size_t)(r1 - r0) / MV_STREAMS;
-            for (int r = r0; r < r0 + (int)part; r++)
-                mv_quant(w, r, part, x, out + r, ldo, MV_STREAMS, 1);
-            for (int r = r0 + MV_STREAMS * (int)part; r < r1; r++)
-                mv_quant(w, r, 0, x, out + r, ldo, 1, 1);
-            break;
-        }
-        for (int r = r0; r < r1; r++)
-            if (n == 2)
-                mv_quant(w, r, 0, x, out + r, ldo, 1, 2);
-            else if (n == 3)
-                mv_quant(w, r, 0, x, out + r, ldo, 1, 3);
-            else
-                mv_quant(w, r, 0, x, out + r, ldo, 1, 4);
+    default:
+        GEN_QUANT_MATVEC(mv_quant, w, r0, r1, x, n, out, ldo);
         break;
     }
 }

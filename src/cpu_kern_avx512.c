@@ -58,7 +58,6 @@ static inline __attribute__((always_inline)) void prefetch(const void *p)
  * 8 parts 13.0-14.5, 4 adjacent rows at once 8.2-9.0, 4 parts without
  * the prefetch 11.5-13.7). Each row is summed exactly as alone (four
  * accumulators over 64-element steps, 16-element steps, the tail). */
-enum { MV_STREAMS = 4 };
 
 /* out[q * ors] = w[q * ws .. + K) . x for q < S (S <= MV_STREAMS, a
  * constant where inlined): one weight row a stream, all read side by side. */
@@ -106,11 +105,7 @@ enum { MV_STREAMS = 4 };
     static void NAME(const T *wd, int K, int r0, int r1, const float *x, int n, float *out, int ldo) \
     {                                                                                              \
         if (n == 1) {                                                                              \
-            size_t part = (size_t)(r1 - r0) / MV_STREAMS;                                          \
-            for (int r = r0; r < r0 + (int)part; r++)                                              \
-                NAME##_rows(wd + (size_t)r * K, part * K, K, x, out + r, part, MV_STREAMS);        \
-            for (int r = r0 + MV_STREAMS * (int)part; r < r1; r++)                                 \
-                NAME##_rows(wd + (size_t)r * K, 0, K, x, out + r, 0, 1);                           \
+            GEN_FLOAT_MATVEC1(NAME##_rows, wd, K, r0, r1, x, out);                                 \
             return;                                                                                \
         }                                                                                          \
         for (int r = r0; r < r1; r++) {                                                            \
@@ -263,22 +258,8 @@ static void matvec_avx512(const lmx_cpu_weight *w, int r0, int r1, const lmx_cpu
     case LMX_WK_BF16: mv_bf16(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
     case LMX_WK_F16: mv_f16(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
     case LMX_WK_F32: mv_f32(w->data, w->cols, r0, r1, x->x, n, out, ldo); break;
-    default: /* P and n as constants, so the per-row arrays live in registers */
-        if (n == 1) { /* four streams, as MATVEC_FLOAT */
-            size_t part = (size_t)(r1 - r0) / MV_STREAMS;
-            for (int r = r0; r < r0 + (int)part; r++)
-                mv_quant(w, r, part, x, out + r, ldo, MV_STREAMS, 1);
-            for (int r = r0 + MV_STREAMS * (int)part; r < r1; r++)
-                mv_quant(w, r, 0, x, out + r, ldo, 1, 1);
-            break;
-        }
-        for (int r = r0; r < r1; r++)
-            if (n == 2)
-                mv_quant(w, r, 0, x, out + r, ldo, 1, 2);
-            else if (n == 3)
-                mv_quant(w, r, 0, x, out + r, ldo, 1, 3);
-            else
-                mv_quant(w, r, 0, x, out + r, ldo, 1, 4);
+    default:
+        GEN_QUANT_MATVEC(mv_quant, w, r0, r1, x, n, out, ldo);
         break;
     }
 }
