@@ -37,11 +37,9 @@ static inline float el_bf16(const uint16_t *p) { return lmx_bf16_to_f32(*p); }
 static inline float el_f16(const uint16_t *p) { return h2f(*p); }
 static inline float el_f32(const float *p) { return *p; }
 
-/* One x row (decode): a thread's rows in MV_STREAMS parts read side by
- * side, row i of every part at once, so that as many sequential streams
- * far apart are in flight (the AVX-512 path's scheme, cpu_kern_avx512.c).
- * out[q * ors] = w[q * ws .. + K) . x for q < S, each row summed exactly
- * as alone. */
+/* One x row (decode, GEN_FLOAT_MATVEC1): out[q * ors] = w[q * ws .. + K)
+ * . x for q < S (S <= MV_STREAMS, a constant where inlined), one weight
+ * row a stream, all read side by side; each row summed exactly as alone. */
 #define MATVEC_ROWS(NAME, T, LD, EL)                                                               \
     static inline __attribute__((always_inline)) void NAME(const T *w, size_t ws, int K, const float *x, \
                                                            float *out, size_t ors, int S)          \

@@ -51,16 +51,14 @@ static inline __attribute__((always_inline)) void prefetch(const void *p)
     _mm_prefetch((const char *)p + PREFETCH, _MM_HINT_T0);
 }
 
-/* One x row (decode): a thread's rows in MV_STREAMS parts read side by
- * side, row i of every part at once, each with its prefetch, so that as
- * many sequential streams far apart are in flight: Gemma3-1B bf16 decode
- * on two threads went from 9.6-11.2 to 13.8-17.3 tok/s (same-run A/B;
- * 8 parts 13.0-14.5, 4 adjacent rows at once 8.2-9.0, 4 parts without
- * the prefetch 11.5-13.7). Each row is summed exactly as alone (four
- * accumulators over 64-element steps, 16-element steps, the tail). */
-
-/* out[q * ors] = w[q * ws .. + K) . x for q < S (S <= MV_STREAMS, a
- * constant where inlined): one weight row a stream, all read side by side. */
+/* One x row (decode, GEN_FLOAT_MATVEC1): out[q * ors] = w[q * ws .. + K)
+ * . x for q < S (S <= MV_STREAMS, a constant where inlined), one weight
+ * row a stream, all read side by side, each with its prefetch: Gemma3-1B
+ * bf16 decode on two threads went from 9.6-11.2 to 13.8-17.3 tok/s
+ * (same-run A/B; 8 parts 13.0-14.5, 4 adjacent rows at once 8.2-9.0, 4
+ * parts without the prefetch 11.5-13.7). Each row is summed exactly as
+ * alone (four accumulators over 64-element steps, 16-element steps, the
+ * tail). */
 #define MATVEC_ROWS(NAME, T, LD, LDT)                                                              \
     static inline __attribute__((always_inline)) void NAME(const T *w, size_t ws, int K, const float *x, \
                                                            float *out, size_t ors, int S)          \
