@@ -40,6 +40,11 @@ struct lmx_tensor {
     void *data;      /* device memory, owned */
     int bits, group; /* q8/q4 weights: 8 or 4, and the group (0: float) */
     __half2 *sb; /* q8/q4: (scale, bias) pairs, rows x cols / group, inside data's allocation */
+    /* An activation whose float32 values were not written: it exists as
+     * the bf16 copy of the products' input (xbf) only, until an op needs
+     * the floats (need_f32) or the copy is replaced (then reading it is an
+     * error). Set by the gated activation of a prefill (lean_gated). */
+    mutable bool f32_stale;
 };
 
 namespace {
@@ -345,7 +350,7 @@ lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice
         lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    *w = lmx_tensor{s.rows, s.cols, t->dtype, NULL, 0, 0, NULL};
+    *w = lmx_tensor{s.rows, s.cols, t->dtype, NULL, 0, 0, NULL, false};
     size_t es = lmx_dtype_size(t->dtype), row = (size_t)s.cols * es, bytes = row * (size_t)s.rows;
     const char *src = (const char *)t->data + ((size_t)s.row0 * cols + s.col0) * es;
     int group = b->quant && t->ndim >= 2 && s.rows >= 2 ? lmx_quant_group(s.cols) : 0;
@@ -416,9 +421,10 @@ lmx_tensor *cuda_alloc_cache(lmx_backend *be, int rows, int cols, lmx_error *err
 }
 
 /* t changes (or goes): the copies of it that ops keep (a norm's quantized
- * output, xbf) no longer hold. */
-void wrote(cuda_backend *b, const lmx_tensor *t)
+ * output, xbf) no longer hold, and its float32 values are the op's. */
+void wrote(cuda_backend *b, lmx_tensor *t)
 {
+    t->f32_stale = false;
     if (t == b->hq_of)
         b->hq_of = NULL;
     if (t == b->xbf_of)
@@ -480,6 +486,24 @@ __nv_bfloat16 *bf16_copy(cuda_backend *b, const lmx_tensor *t, int n_rows)
     return b->xbf;
 }
 
+/* t's float32 values for an op that reads them: a stale tensor (see
+ * lmx_tensor) gets them back from its bf16 copy; false (a failure) when
+ * that copy is gone. */
+bool need_f32(cuda_backend *b, const lmx_tensor *t)
+{
+    if (!t->f32_stale)
+        return true;
+    if (b->xbf_of != t) {
+        fail(b, LMX_ERR_INTERNAL, "cuda: an activation kept only in bf16 was read after its copy was replaced");
+        return false;
+    }
+    size_t n = (size_t)b->xbf_rows * t->cols;
+    launch(b, k_from_bf16, blocks_for(n / 8 + 1, 256), 256, 0, (float *)t->data, (const __nv_bfloat16 *)b->xbf, n);
+    launched(b, "from bf16");
+    t->f32_stale = false;
+    return true;
+}
+
 enum { OP_EMBED = 1, OP_RMSNORM, OP_MATMUL, OP_QK, OP_ATTN, OP_MLP, OP_RESIDUAL, OP_CAP, OP_COPY, OP_READ, OP_REDUCE };
 
 void cuda_embed(lmx_backend *be, lmx_tensor *out, const lmx_tensor *table, const int32_t *ids, int n_rows,
@@ -521,8 +545,9 @@ void cuda_rmsnorm(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, const l
                   int plus_one)
 {
     cuda_backend *b = cu(be);
-    if (skip_op(b, OP_RMSNORM, out, x, w, n_rows, plus_one))
+    if (skip_op(b, OP_RMSNORM, out, x, w, n_rows, plus_one) || !need_f32(b, x))
         return;
+    wrote(b, out);
     int dim = w->cols;
     size_t n_vec = (size_t)n_rows * (size_t)x->cols / (size_t)dim;
     if (!n_vec)
@@ -572,9 +597,11 @@ template <typename F> void gemv_gated(cuda_backend *b, const gemv_set &s, const 
         gemv_launch<F, false>(b, s, x, nr, gelu);
 }
 
-void gated_act(cuda_backend *b, float *gate, const float *up, __nv_bfloat16 *gb, size_t n, int gelu)
+/* out (and ob) = act(gate) * up over n elements of T (float32 or bf16). */
+template <typename T>
+void gated_act(cuda_backend *b, float *out, __nv_bfloat16 *ob, const T *gate, const T *up, size_t n, int gelu)
 {
-    launch(b, k_gated_act, blocks_for(n / 4 + 1, 256), 256, 0, gate, up, gb, n, gelu);
+    launch(b, k_gated_act<T>, blocks_for(n / 4 + 1, 256), 256, 0, out, ob, gate, up, n, gelu);
     launched(b, "gated activation");
 }
 
@@ -652,15 +679,18 @@ void gemv(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *xt,
                ws[i]->dtype, ws[i]->rows, ws[i]->cols);
     }
     launched(b, "matmul (gemv)");
-    if (gated)
-        gated_act(b, f32(outs[0]) + row0 * outs[0]->cols, f32(outs[1]) + row0 * outs[1]->cols, NULL,
-                  (size_t)nr * ws[0]->rows, gelu);
+    if (gated) {
+        float *g = f32(outs[0]) + row0 * outs[0]->cols;
+        gated_act<float>(b, g, NULL, g, f32(outs[1]) + row0 * outs[1]->cols, (size_t)nr * ws[0]->rows, gelu);
+    }
 }
 
-/* outs[i] = xbf * ws[i]^T for n bf16 weights of N rows each, one batched
- * cuBLAS product: twice the tiles of one product in a launch (Qwen3-0.6B's
- * gate and up, k and v, whose single products fill few waves). */
-void batched_bf16(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *const *ws, int n_rows, int K)
+/* dst[i] = xbf * ws[i]^T (of type ct) for n bf16 weights of N rows each,
+ * one batched cuBLAS product: twice the tiles of one product in a launch
+ * (Qwen3-0.6B's gate and up, k and v, whose single products fill few
+ * waves). */
+void batched_bf16(cuda_backend *b, int n, void *const *dst, cudaDataType ct, const lmx_tensor *const *ws, int n_rows,
+                  int K)
 {
     if (!grow(b, &b->gemm_ptrs, &b->gemm_ptrs_cap, 3 * LMX_MAX_MULTI, "product pointers"))
         return;
@@ -668,7 +698,7 @@ void batched_bf16(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_ten
     for (int i = 0; i < n; i++) {
         p.p[i] = ws[i]->data;
         p.p[LMX_MAX_MULTI + i] = b->xbf;
-        p.p[2 * LMX_MAX_MULTI + i] = outs[i]->data;
+        p.p[2 * LMX_MAX_MULTI + i] = dst[i];
     }
     launch(b, k_set_ptrs, 1, 3 * LMX_MAX_MULTI, 0, b->gemm_ptrs, p);
     launched(b, "product pointers");
@@ -677,28 +707,40 @@ void batched_bf16(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_ten
     blas_ok(b,
             cublasGemmBatchedEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n_rows, K, &one, b->gemm_ptrs, CUDA_R_16BF, K,
                                 b->gemm_ptrs + LMX_MAX_MULTI, CUDA_R_16BF, K, &zero,
-                                (void *const *)(b->gemm_ptrs + 2 * LMX_MAX_MULTI), CUDA_R_32F, N, n,
-                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                                (void *const *)(b->gemm_ptrs + 2 * LMX_MAX_MULTI), ct, N, n, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT),
             "batched gemm bf16");
 }
 
+/* Weights whose prefill products run on the tensor cores from xbf. */
+bool takes_bf16(const lmx_tensor *w) { return w->bits || w->dtype == LMX_DT_BF16; }
+
 /* outs[i] = x * ws[i]^T; gated (n = 2): outs[0] = act(x * ws[0]^T) * (x * ws[1]^T),
- * outs[1] scratch. */
+ * outs[1] scratch. A gated prefill on the tensor cores is lean: the
+ * products write gate and up in bf16 into up's memory (half the bytes of
+ * float32, and twice fit there), and the activation writes only the bf16
+ * copy the down product reads (outs[0] stale: lmx_tensor); on Qwen3-0.6B
+ * that took the activation's traffic from 7 to 3 bytes an element. */
 void matmuls(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *x, const lmx_tensor *const *ws,
              int n_rows, bool gated, int gelu)
 {
     int K = x->cols;
-    bool any_f16 = false;
+    bool any_f16 = false, all_bf16 = true;
     for (int i = 0; i < n; i++) {
-        wrote(b, outs[i]);
         if (ws[i]->cols != K || outs[i]->cols != ws[i]->rows || (gated && ws[i]->rows != ws[0]->rows)) {
             fail(b, LMX_ERR_INTERNAL, "cuda: matmul of [%d, %d] by [%d, %d]^T into %d columns", n_rows, K,
                  ws[i]->rows, ws[i]->cols, outs[i]->cols);
             return;
         }
         any_f16 = any_f16 || (ws[i]->dtype == LMX_DT_F16 && !ws[i]->bits);
+        all_bf16 = all_bf16 && takes_bf16(ws[i]);
     }
-    if (n_rows <= GEMV_ROWS || any_f16) {
+    bool tensor_cores = n_rows > GEMV_ROWS && !any_f16;
+    if (!(tensor_cores && all_bf16 && b->xbf_of == x && b->xbf_rows >= n_rows) && !need_f32(b, x))
+        return;
+    for (int i = 0; i < n; i++)
+        wrote(b, outs[i]);
+    if (!tensor_cores) {
         /* f16 weights: no tensor-core path (float16 activations could
          * overflow), so GEMV_ROWS rows at a time */
         for (int r = 0; r < n_rows; r += GEMV_ROWS)
@@ -708,6 +750,12 @@ void matmuls(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *
     }
     if (!blas_ok(b, cublasSetStream(b->blas, b->stream), "set stream"))
         return;
+    bool lean = gated && all_bf16;
+    cudaDataType ct = lean ? CUDA_R_16BF : CUDA_R_32F;
+    size_t es = lean ? 2 : 4;
+    void *dst[LMX_MAX_MULTI];
+    for (int i = 0; i < n; i++)
+        dst[i] = lean ? (char *)outs[1]->data + i * (size_t)n_rows * ws[0]->rows * es : outs[i]->data;
     const float one = 1.0f, zero = 0.0f;
     for (int i = 0; i < n; i++) {
         int N = ws[i]->rows;
@@ -733,7 +781,7 @@ void matmuls(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *
                    ws[i + same]->rows == N)
                 same++;
         if (same > 1) {
-            batched_bf16(b, same, outs + i, ws + i, n_rows, K);
+            batched_bf16(b, same, dst + i, ct, ws + i, n_rows, K);
             i += same - 1;
             continue;
         }
@@ -758,13 +806,22 @@ void matmuls(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *
             /* column-major view: out^T [N, n] = W [K, N]^T . X^T [K, n] */
             blas_ok(b,
                     cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, nb, n_rows, K, &one, w, CUDA_R_16BF, K, b->xbf,
-                                 CUDA_R_16BF, K, &zero, f32(outs[i]) + n0, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                                 CUDA_R_16BF, K, &zero, (char *)dst[i] + n0 * es, ct, N, CUBLAS_COMPUTE_32F,
                                  CUBLAS_GEMM_DEFAULT),
                     "gemm bf16");
         }
     }
-    if (gated)
-        gated_act(b, f32(outs[0]), f32(outs[1]), bf16_copy(b, outs[0], n_rows), (size_t)n_rows * ws[0]->rows, gelu);
+    if (!gated)
+        return;
+    size_t ne = (size_t)n_rows * ws[0]->rows;
+    __nv_bfloat16 *gb = bf16_copy(b, outs[0], n_rows);
+    if (!lean) {
+        gated_act<float>(b, f32(outs[0]), gb, f32(outs[0]), f32(outs[1]), ne, gelu);
+    } else if (gb) {
+        const __nv_bfloat16 *g16 = (const __nv_bfloat16 *)dst[0], *u16 = (const __nv_bfloat16 *)dst[1];
+        gated_act<__nv_bfloat16>(b, NULL, gb, g16, u16, ne, gelu);
+        outs[0]->f32_stale = true;
+    }
 }
 
 /* Replayed steps fold every tensor of a multi-tensor op into the signature. */
@@ -845,7 +902,7 @@ void cuda_qk_prepare(lmx_backend *be, lmx_tensor *q, lmx_tensor *k, const lmx_te
     cuda_backend *b = cu(be);
     bool skip = skip_op(b, OP_QK, q, k, v, n_rows, head_dim);
     skip_op(b, OP_QK, q_norm, k_norm, kc, plus_one, (long)(uintptr_t)vc); /* same answer, folds the rest */
-    if (skip)
+    if (skip || !need_f32(b, q) || !need_f32(b, k) || !need_f32(b, v))
         return;
     wrote(b, q);
     wrote(b, k);
@@ -947,7 +1004,7 @@ void cuda_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const
                     const lmx_tensor *vc, const lmx_attn_params *p)
 {
     cuda_backend *b = cu(be);
-    if (skip_op(b, OP_ATTN, out, q, kc, p->n_rows, (long)(uintptr_t)vc))
+    if (skip_op(b, OP_ATTN, out, q, kc, p->n_rows, (long)(uintptr_t)vc) || !need_f32(b, q))
         return;
     wrote(b, out);
     int hd = p->head_dim;
@@ -982,10 +1039,11 @@ void cuda_residual_norm(lmx_backend *be, lmx_tensor *x, lmx_tensor *h, lmx_tenso
     cuda_backend *b = cu(be);
     bool skip = skip_op(b, OP_RESIDUAL, x, h, y, n_rows, plus_one);
     skip_op(b, OP_RESIDUAL, post, next, NULL, 0, 0);
-    if (skip)
+    if (skip || !need_f32(b, x) || !need_f32(b, y))
         return;
     wrote(b, x);
     wrote(b, y);
+    wrote(b, h);
     int dim = x->cols;
     if (next->cols != dim || (post && post->cols != dim)) {
         fail(b, LMX_ERR_INTERNAL, "cuda: residual_norm of %d columns with norms of %d", dim, next->cols);
@@ -1005,7 +1063,7 @@ void cuda_residual_norm(lmx_backend *be, lmx_tensor *x, lmx_tensor *h, lmx_tenso
 void cuda_softcap(lmx_backend *be, lmx_tensor *x, int n_rows, float cap)
 {
     cuda_backend *b = cu(be);
-    if (skip_op(b, OP_CAP, x, NULL, NULL, n_rows, (long)(cap * 1e6f)))
+    if (skip_op(b, OP_CAP, x, NULL, NULL, n_rows, (long)(cap * 1e6f)) || !need_f32(b, x))
         return;
     wrote(b, x);
     size_t n = (size_t)n_rows * x->cols;
@@ -1016,7 +1074,7 @@ void cuda_softcap(lmx_backend *be, lmx_tensor *x, int n_rows, float cap)
 void cuda_copy_rows(lmx_backend *be, lmx_tensor *dst, int dst_row, const lmx_tensor *src, int src_row, int n_rows)
 {
     cuda_backend *b = cu(be);
-    if (skip_op(b, OP_COPY, dst, src, NULL, n_rows, (long)dst_row * 1000003 + src_row))
+    if (skip_op(b, OP_COPY, dst, src, NULL, n_rows, (long)dst_row * 1000003 + src_row) || !need_f32(b, src))
         return;
     wrote(b, dst);
     ok(b,
@@ -1033,6 +1091,8 @@ void cuda_read(lmx_backend *be, float *dst, size_t dst_stride, const lmx_tensor 
     size_t row = (size_t)src->cols * sizeof(float), bytes = (size_t)n_rows * row;
     const float *from = f32(src) + (size_t)row0 * src->cols;
     bool skip = skip_op(b, OP_READ, src, NULL, NULL, n_rows, row0);
+    if (!skip && !need_f32(b, src))
+        return;
     if (b->mode == NO_STEP || (b->mode == EAGER && !b->cur)) {
         ok(b, cudaMemcpy2DAsync(dst, dst_stride * sizeof(float), from, row, row, (size_t)n_rows,
                                 cudaMemcpyDeviceToHost, b->stream),
@@ -1079,7 +1139,7 @@ void cuda_read(lmx_backend *be, float *dst, size_t dst_stride, const lmx_tensor 
 void cuda_all_reduce(lmx_backend *be, lmx_tensor *x, int n_rows)
 {
     cuda_backend *b = cu(be);
-    if (skip_op(b, OP_REDUCE, x, NULL, NULL, n_rows, 0))
+    if (skip_op(b, OP_REDUCE, x, NULL, NULL, n_rows, 0) || !need_f32(b, x))
         return;
     wrote(b, x);
 #ifdef LMX_HAVE_NCCL

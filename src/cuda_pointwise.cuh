@@ -158,6 +158,27 @@ __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
         dst[i] = __float2bfloat16_rn(src[i]);
 }
 
+/* Four elements [4i, 4i + 4) of p as float. */
+__device__ __forceinline__ float4 load4_at(const float *p, size_t i) { return ((const float4 *)p)[i]; }
+__device__ __forceinline__ float4 load4_at(const __nv_bfloat16 *p, size_t i)
+{
+    uint2 v = ((const uint2 *)p)[i];
+    return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u), __uint_as_float(v.y << 16),
+                       __uint_as_float(v.y & 0xffff0000u));
+}
+
+/* n bf16 back to float32, four a thread at a time (need_f32). */
+__global__ void k_from_bf16(float *dst, const __nv_bfloat16 *src, size_t n)
+{
+    pdl_trigger();
+    pdl_wait();
+    size_t stride = (size_t)gridDim.x * blockDim.x, first = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    for (size_t i = first; i < n / 4; i += stride)
+        ((float4 *)dst)[i] = load4_at(src, i);
+    for (size_t i = n / 4 * 4 + first; i < n; i += stride)
+        dst[i] = __bfloat162float(src[i]);
+}
+
 /* Attention's inputs, one warp per (head, QK_ROWS rows), QK_WARPS heads a
  * block; heads [0, Hq) are q's, [Hq, Hq + Hk) k's. Each head: RMSNorm over
  * head_dim, rotate-half RoPE (inv: the float32 inverse frequencies computed
@@ -256,26 +277,32 @@ __global__ void k_set_ptrs(const void **dst, ptr_set s)
         dst[threadIdx.x] = s.p[threadIdx.x];
 }
 
-/* g = act(g) * u over n floats, four a thread; with gb (prefill) the
- * result also in bf16 for the next product. */
-__global__ void k_gated_act(float *g, const float *u, __nv_bfloat16 *gb, size_t n, int gelu)
+/* act(g) * u over n elements, four a thread, into out (float32; may be g)
+ * and, with ob (prefill), in bf16 for the next product; T: float32 g and
+ * u, or bf16 ones (the products wrote them so: lean_gated). */
+template <typename T>
+__global__ void k_gated_act(float *out, __nv_bfloat16 *ob, const T *g, const T *u, size_t n, int gelu)
 {
     pdl_trigger();
     pdl_wait();
     size_t stride = (size_t)gridDim.x * blockDim.x, first = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    size_t n4 = ((uintptr_t)g | (uintptr_t)u | (uintptr_t)gb) % 16 == 0 ? n / 4 : 0; /* row slices: any offset */
+    uintptr_t at = (uintptr_t)out | (uintptr_t)ob | (uintptr_t)g | (uintptr_t)u;
+    size_t n4 = at % 16 == 0 ? n / 4 : 0; /* row slices: any offset */
     for (size_t i = first; i < n4; i += stride) {
-        float4 a = ((const float4 *)g)[i], b = ((const float4 *)u)[i];
+        float4 a = load4_at(g, i), b = load4_at(u, i);
         a = make_float4(act_fn(a.x, gelu) * b.x, act_fn(a.y, gelu) * b.y, act_fn(a.z, gelu) * b.z,
                         act_fn(a.w, gelu) * b.w);
-        ((float4 *)g)[i] = a;
-        if (gb)
-            ((uint2 *)gb)[i] = make_uint2(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w));
+        if (out)
+            ((float4 *)out)[i] = a;
+        if (ob)
+            ((uint2 *)ob)[i] = make_uint2(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w));
     }
     for (size_t i = n4 * 4 + first; i < n; i += stride) {
-        g[i] = act_fn(g[i], gelu) * u[i];
-        if (gb)
-            gb[i] = __float2bfloat16_rn(g[i]);
+        float a = act_fn((float)g[i], gelu) * (float)u[i];
+        if (out)
+            out[i] = a;
+        if (ob)
+            ob[i] = __float2bfloat16_rn(a);
     }
 }
 

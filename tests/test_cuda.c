@@ -218,6 +218,32 @@ static void check_fused_matmuls(pair *p)
     }
 }
 
+/* A gated prefill keeps its output in bf16 only (docs/cuda.md): read
+ * while that copy lasts, it comes back as float32 (check_fused_matmuls);
+ * read after another op replaced the copy, the step fails saying so. */
+static void check_stale_gate(pair *p)
+{
+    const int rows = 64, K = 256, N = 512;
+    both x = input(p, rows, K, LMX_DT_F32, 1.0f), wg = input(p, N, K, LMX_DT_BF16, 0.05f);
+    both wu = input(p, N, K, LMX_DT_BF16, 0.05f), wn = input(p, 1, K, LMX_DT_BF16, 1.0f);
+    both g = output(p, rows, N), u = output(p, rows, N), h = output(p, rows, K);
+    int32_t ids[64] = {0};
+    lmx_backend *be = p->gpu;
+    lmx_error err = {0};
+    be->ops->step_begin(be, &err, 0, ids, rows, 0);
+    be->ops->gated_mlp(be, g.g, u.g, x.g, wg.g, wu.g, rows, LMX_ACT_SILU);
+    be->ops->rmsnorm(be, h.g, x.g, wn.g, rows, 1e-6f, 0); /* its bf16 copy replaces the gate's */
+    float *out = malloc((size_t)rows * N * 4);
+    be->ops->read(be, out, N, g.g, 0, rows);
+    lmx_status st = be->ops->step_end(be, &err);
+    CHECK(st == LMX_ERR_INTERNAL && strstr(err.message, "kept only in bf16"),
+          "reading a replaced bf16-only activation: status %d, '%s'", (int)st, err.message);
+    free(out);
+    both *all[] = {&x, &wg, &wu, &wn, &g, &u, &h};
+    for (int i = 0; i < 7; i++)
+        drop(p, all[i]);
+}
+
 /* rmsnorm (both styles, per head), residual_norm (with and without a
  * norm of y first), softcap, embed, copy_rows; rows of D elements: the
  * norms' vector path (D a multiple of 4), their scalar one, and rows
@@ -664,6 +690,7 @@ int main(void)
     if (p.cpu && p.gpu) {
         check_matmul(&p);
         check_fused_matmuls(&p);
+        check_stale_gate(&p);
         check_elementwise(&p, 2048, 128);
         check_elementwise(&p, 1001, 7);
         check_elementwise(&p, 12000, 96);
