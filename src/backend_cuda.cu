@@ -78,6 +78,16 @@ struct pending_read {
     size_t off, row, rows;  /* in the pinned staging buffer: rows of row bytes at off */
 };
 
+/* A decode step's qk_prepare, waiting to be folded into the attention
+ * that reads q (k_attn_dec's qk_fuse); q and k stay raw until then. */
+struct pending_qk {
+    lmx_tensor *q, *k, *kc, *vc;
+    const lmx_tensor *v, *q_norm, *k_norm;
+    const float *inv; /* RoPE's inverse frequencies on the device */
+    int n_rows, head_dim, pos0, plus_one;
+    float eps;
+};
+
 struct cuda_backend {
     lmx_backend base;
     int device;
@@ -140,6 +150,8 @@ struct cuda_backend {
 #endif
     rope_table ropes[MAX_ROPES];
     int n_ropes;
+    pending_qk qk;
+    bool qk_pending;
 };
 
 cuda_backend *cu(lmx_backend *be) { return (cuda_backend *)be; }
@@ -177,10 +189,17 @@ bool blas_ok(cuda_backend *b, cublasStatus_t s, const char *what)
     return false;
 }
 
+enum { OP_EMBED = 1, OP_RMSNORM, OP_MATMUL, OP_QK, OP_ATTN, OP_MLP, OP_RESIDUAL, OP_CAP, OP_COPY, OP_READ, OP_REDUCE };
+
+void flush_qk(cuda_backend *b);
+
 /* Replayed ops do nothing but fold their arguments into the step's
- * signature, which must match the recording. */
+ * signature, which must match the recording. Every op but attention first
+ * runs a waiting qk_prepare (flush_qk). */
 bool skip_op(cuda_backend *b, int op, const void *p0, const void *p1, const void *p2, long a, long c)
 {
+    if (op != OP_ATTN)
+        flush_qk(b);
     if (b->mode == NO_STEP)
         return false;
     unsigned long long v[6] = {(unsigned long long)op, (unsigned long long)(uintptr_t)p0,
@@ -436,6 +455,7 @@ void cuda_free(lmx_backend *be, lmx_tensor *t)
     if (!t)
         return;
     pthread_mutex_lock(&cu(be)->lock);
+    flush_qk(cu(be));
     drop_graphs(cu(be));
     wrote(cu(be), t); /* a later tensor may get its address */
     pthread_mutex_unlock(&cu(be)->lock);
@@ -503,8 +523,6 @@ bool need_f32(cuda_backend *b, const lmx_tensor *t)
     t->f32_stale = false;
     return true;
 }
-
-enum { OP_EMBED = 1, OP_RMSNORM, OP_MATMUL, OP_QK, OP_ATTN, OP_MLP, OP_RESIDUAL, OP_CAP, OP_COPY, OP_READ, OP_REDUCE };
 
 void cuda_embed(lmx_backend *be, lmx_tensor *out, const lmx_tensor *table, const int32_t *ids, int n_rows,
                 float scale, int first_id)
@@ -895,6 +913,31 @@ const float *rope_inv(cuda_backend *b, int head_dim, lmx_rope rope)
     return r->inv;
 }
 
+void launch_qk(cuda_backend *b, const pending_qk &a)
+{
+    int hd = a.head_dim;
+    dim3 grid((unsigned)((a.q->cols / hd + a.k->cols / hd + QK_WARPS - 1) / QK_WARPS),
+              (unsigned)((a.n_rows + QK_ROWS - 1) / QK_ROWS));
+    void (*kern)(float *, const float *, const float *, const void *, int, const void *, int, bf16 *, bf16 *,
+                 const float *, int, int, int, int, const int *, int, int, float, int) =
+        hd <= 64 ? k_qk_prepare<1> : hd <= 128 ? k_qk_prepare<2> : k_qk_prepare<4>;
+    launch(b, kern, grid, QK_WARPS * 32, 0, f32(a.q), f32(a.k), f32(a.v), a.q_norm->data, (int)a.q_norm->dtype,
+           a.k_norm->data, (int)a.k_norm->dtype, (bf16 *)a.kc->data, (bf16 *)a.vc->data, a.inv, hd, a.q->cols / hd,
+           a.k->cols / hd, a.kc->rows, step_pos(b, a.pos0), a.pos0, a.n_rows, a.eps, a.plus_one);
+    launched(b, "qk_prepare");
+}
+
+/* A waiting qk_prepare as a launch of its own. */
+void flush_qk(cuda_backend *b)
+{
+    if (!b->qk_pending)
+        return;
+    b->qk_pending = false;
+    launch_qk(b, b->qk);
+}
+
+/* Decode rows wait for the attention (pending_qk): one launch a layer
+ * fewer. */
 void cuda_qk_prepare(lmx_backend *be, lmx_tensor *q, lmx_tensor *k, const lmx_tensor *v, const lmx_tensor *q_norm,
                      const lmx_tensor *k_norm, lmx_tensor *kc, lmx_tensor *vc, int n_rows, int head_dim, int pos0,
                      lmx_rope rope, float eps, int plus_one)
@@ -916,16 +959,11 @@ void cuda_qk_prepare(lmx_backend *be, lmx_tensor *q, lmx_tensor *k, const lmx_te
     const float *inv = rope_inv(b, head_dim, rope);
     if (!inv)
         return;
-    bf16 *kcd = (bf16 *)kc->data, *vcd = (bf16 *)vc->data;
-    dim3 grid((unsigned)((q->cols / head_dim + k->cols / head_dim + QK_WARPS - 1) / QK_WARPS),
-              (unsigned)((n_rows + QK_ROWS - 1) / QK_ROWS));
-    void (*kern)(float *, const float *, const float *, const void *, int, const void *, int, bf16 *, bf16 *,
-                 const float *, int, int, int, int, const int *, int, int, float, int) =
-        head_dim <= 64 ? k_qk_prepare<1> : head_dim <= 128 ? k_qk_prepare<2> : k_qk_prepare<4>;
-    launch(b, kern, grid, QK_WARPS * 32, 0, f32(q), f32(k), f32(v), q_norm->data, (int)q_norm->dtype, k_norm->data,
-           (int)k_norm->dtype, kcd, vcd, inv, head_dim, q->cols / head_dim, k->cols / head_dim, kc->rows,
-           step_pos(b, pos0), pos0, n_rows, eps, plus_one);
-    launched(b, "qk_prepare");
+    b->qk = pending_qk{q, k, kc, vc, v, q_norm, k_norm, inv, n_rows, head_dim, pos0, plus_one, eps};
+    if (n_rows <= GEMV_ROWS)
+        b->qk_pending = true;
+    else
+        launch_qk(b, b->qk);
 }
 
 /* The attention kernels' shared memory beyond the default 48 KB, set once
@@ -957,7 +995,7 @@ cudaError_t attention_init(cuda_backend *b)
 /* Decode attention (up to GEMV_ROWS rows): k_attn_dec over a fixed number
  * of key splits, then their merge. */
 void attention_decode(cuda_backend *b, lmx_tensor *out, const lmx_tensor *q, const lmx_tensor *kc,
-                      const lmx_tensor *vc, const lmx_attn_params *p, const int *dpos)
+                      const lmx_tensor *vc, const lmx_attn_params *p, const int *dpos, const qk_fuse &fz)
 {
     int hd = p->head_dim, HD = hd <= 64 ? 64 : hd <= 128 ? 128 : 256;
     int groups = p->n_kv_heads * ((p->n_heads / p->n_kv_heads * p->n_rows + 15) / 16);
@@ -979,7 +1017,7 @@ void attention_decode(cuda_backend *b, lmx_tensor *out, const lmx_tensor *q, con
     auto k = HD == 64 ? k_attn_dec<64> : HD == 128 ? k_attn_dec<128> : k_attn_dec<256>;
     launch(b, k, grid, DEC_WARPS * 32, dec_shm(HD), f32(out), oq, b->part, f32(q), (const bf16 *)kc->data,
            (const bf16 *)vc->data, kc->rows, p->n_heads, p->n_kv_heads, hd, p->window, p->scale, p->softcap, dpos,
-           p->pos0, p->n_rows);
+           p->pos0, p->n_rows, fz);
     launched(b, "attention");
     if (nsplit > 1) { /* a few hundred splits at most: their weights fit the default shared memory */
         launch(b, k_attn_merge, dim3(p->n_heads, p->n_rows), MERGE_THREADS, merge_shm(nsplit),
@@ -1016,8 +1054,16 @@ void cuda_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const
     }
     const int *dpos = step_pos(b, p->pos0);
     const bf16 *kcd = (const bf16 *)kc->data, *vcd = (const bf16 *)vc->data;
+    qk_fuse fz = {};
+    if (b->qk_pending && b->qk.q == q && b->qk.kc == kc && b->qk.vc == vc && p->n_rows <= GEMV_ROWS) {
+        const pending_qk &a = b->qk;
+        fz = qk_fuse{f32(a.k), f32(a.v), a.q_norm->data, a.k_norm->data, (int)a.q_norm->dtype, (int)a.k_norm->dtype,
+                     a.plus_one, a.inv, a.eps, (bf16 *)kc->data, (bf16 *)vc->data};
+        b->qk_pending = false;
+    }
+    flush_qk(b); /* a qk_prepare for other tensors */
     if (p->n_rows <= GEMV_ROWS) {
-        attention_decode(b, out, q, kc, vc, p, dpos);
+        attention_decode(b, out, q, kc, vc, p, dpos, fz);
         return;
     }
     if (!b->simt_attn)
@@ -1211,6 +1257,7 @@ void cuda_step_begin(lmx_backend *be, const void *key, int flags, const int32_t 
 lmx_status cuda_step_end(lmx_backend *be, lmx_error *err)
 {
     cuda_backend *b = cu(be);
+    flush_qk(b);
     graph_entry *g = b->cur;
     if (b->mode == CAPTURE) {
         cudaGraph_t graph = NULL;

@@ -228,18 +228,22 @@ __device__ __forceinline__ void stage_q4(bf16 *dst, const float *src, bool in)
 /* The K and V rows of keys t0 .. t0 + n - 1 of one head (kh, vh: its first
  * column in the cache; key t in slot t % slots) into Kd, Vd [n][ld], by
  * 16-byte asynchronous copies of `threads` threads from `tid`, one commit
- * group; keys past `last` become zeros. Each thread copies one 16-byte
- * column of every step-th row, its slot advanced without a division;
- * threads past the last whole row of a step idle (hd / 8 <= threads). */
+ * group; keys past `last` become zeros, keys from `own` to `last` are left
+ * alone (the caller writes them; own > last: none). Each thread copies one
+ * 16-byte column of every step-th row, its slot advanced without a
+ * division; threads past the last whole row of a step idle (hd / 8 <=
+ * threads). */
 __device__ __forceinline__ void stage_kv(bf16 *Kd, bf16 *Vd, int ld, const bf16 *kh, const bf16 *vh, size_t kvs,
-                                         int slots, int hd, int t0, int n, int last, int tid, int threads)
+                                         int slots, int hd, int t0, int n, int last, int own, int tid, int threads)
 {
     int h8 = hd / 8, step = threads / h8, r = tid / h8, c = tid % h8 * 8;
     int slot = (t0 + r) % slots, sstep = step % slots;
     for (; r < n && tid < step * h8; r += step) {
         size_t off = (size_t)slot * kvs + c;
-        cp_async16(Kd + r * ld + c, kh + off, t0 + r <= last);
-        cp_async16(Vd + r * ld + c, vh + off, t0 + r <= last);
+        if (t0 + r < own || t0 + r > last) {
+            cp_async16(Kd + r * ld + c, kh + off, t0 + r <= last);
+            cp_async16(Vd + r * ld + c, vh + off, t0 + r <= last);
+        }
         slot += sstep;
         slot -= slot >= slots ? slots : 0;
     }
@@ -247,6 +251,32 @@ __device__ __forceinline__ void stage_kv(bf16 *Kd, bf16 *Vd, int ld, const bf16 
 }
 
 /* Decode ------------------------------------------------------------------ */
+
+/* qk_prepare folded into decode attention (k NULL: not): the step's raw k
+ * and v rows, the q and k norms, RoPE's inverse frequencies and the cache
+ * to write the step's keys to. */
+struct qk_fuse {
+    const float *k, *v;
+    const void *qn, *kn;
+    int dt_q, dt_k, plus_one;
+    const float *inv;
+    float eps;
+    bf16 *kc, *vc;
+};
+
+/* A head row held by a warp in pairs (load_head) to dst in bf16. */
+template <int P> __device__ __forceinline__ void store_head(bf16 *dst, const float (&x0)[P], const float (&x1)[P], int hd)
+{
+    int lane = threadIdx.x & 31, half = hd / 2;
+#pragma unroll
+    for (int j = 0; j < P; j++) {
+        int p = lane + 32 * j;
+        if (p < half) {
+            dst[p] = __float2bfloat16_rn(x0[j]);
+            dst[p + half] = __float2bfloat16_rn(x1[j]);
+        }
+    }
+}
 
 /* A decode block: DEC_WARPS warps, each taking DEC_KEYS-key chunks of the
  * keys in turn, double-buffered; the cache is cut into splits of at least
@@ -286,12 +316,22 @@ size_t dec_shm(int HD) { return (size_t)(16 + DEC_WARPS * 4 * DEC_KEYS) * (HD + 
  * online softmax on the tensor cores (attn_tile); the warps merge in
  * shared memory, then the block writes the output (when one split holds
  * every key; with oq.xq also quantized for a q8/q4 GEMV, by quant4) or its
- * (acc, m, l) for k_attn_merge. */
+ * (acc, m, l) for k_attn_merge. With f.k (qk_fuse) q is raw and each
+ * query row is normalized and rotated as it is staged, and the warp whose
+ * chunk holds a key of this step first writes that key and value to the
+ * cache (blocks of other query tiles of the head write the same bytes). */
 template <int HD>
 __global__ void __launch_bounds__(DEC_WARPS * 32)
     k_attn_dec(float *out, xquant oq, float *part, const float *q, const bf16 *kc, const bf16 *vc, int slots, int H,
-               int KVH, int hd, int window, float scale, float softcap, const int *dpos, int pos0, int n_rows)
+               int KVH, int hd, int window, float scale, float softcap, const int *dpos, int pos0, int n_rows,
+               qk_fuse fz)
 {
+    constexpr int P = HD / 64;
+    head_pairs<P> hq, hk;
+    if (fz.k) {
+        load_pairs(hq, fz.qn, fz.dt_q, fz.inv, hd, fz.plus_one, true);
+        load_pairs(hk, fz.kn, fz.dt_k, fz.inv, hd, fz.plus_one, true);
+    }
     pdl_trigger();
     pdl_wait();
     const int LD = HD + 8;
@@ -309,11 +349,52 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     const bf16 *kh = kc + (size_t)kvh * hd, *vh = vc + (size_t)kvh * hd;
     bf16 *Kw = Qs + 16 * LD + warp * 4 * DEC_KEYS * LD; /* buffer b: K at Kw + 2b DEC_KEYS ld, V after */
     int c = s * DEC_WARPS + warp;
+    /* Chunk cn into the buffer at Kb (K, then V). With fz.k the step's keys
+     * in it (at most two chunks hold any) are computed here, to the cache
+     * for later steps and straight into the buffer, whose rows for them
+     * stage_kv leaves alone. */
+    auto stage = [&](int cn, bf16 *Kb) {
+        int t0 = lo + cn * DEC_KEYS;
+        stage_kv(Kb, Kb + DEC_KEYS * LD, LD, kh, vh, kvs, slots, hd, t0, DEC_KEYS, last, fz.k ? base : last + 1, lane,
+                 32);
+        for (int t = max(base, t0); fz.k && t <= min(last, t0 + DEC_KEYS - 1); t++) {
+            size_t at = (size_t)(t - base) * kvs + (size_t)kvh * hd, slot = (size_t)(t % slots) * kvs + kvh * hd;
+            float k0[P], k1[P], v0[P], v1[P];
+            load_head(k0, k1, fz.k + at, hd, true);
+            load_head(v0, v1, fz.v + at, hd, true);
+            norm_rope(k0, k1, hk, hd, fz.eps, t);
+            store_head(fz.kc + slot, k0, k1, hd);
+            store_head(fz.vc + slot, v0, v1, hd);
+            store_head(Kb + (t - t0) * LD, k0, k1, hd);
+            store_head(Kb + (DEC_KEYS + t - t0) * LD, v0, v1, hd);
+        }
+    };
+    /* With fz.k: the warp's rows of Q (row warp + DEC_WARPS i) loaded
+     * first, so that their loads and those of the step's keys in the first
+     * chunk are in flight together; then normalized and rotated, rows
+     * past the group's zero */
+    constexpr int QR = 16 / DEC_WARPS;
+    float x0[QR][P], x1[QR][P];
+#pragma unroll
+    for (int i = 0; i < QR; i++) {
+        int r = warp + DEC_WARPS * i, f = min(f0 + r, nq - 1);
+        load_head(x0[i], x1[i], q + ((size_t)(f / G) * H + kvh * G + f % G) * hd, hd, fz.k && f0 + r < nq);
+    }
     if (c < chunks)
-        stage_kv(Kw, Kw + DEC_KEYS * LD, LD, kh, vh, kvs, slots, hd, lo + c * DEC_KEYS, DEC_KEYS, last, lane, 32);
-    for (int i = threadIdx.x; i < 16 * hd / 4; i += blockDim.x) { /* Q, rows past the group's zero */
-        int r = i / (hd / 4), col = i % (hd / 4) * 4, f = min(f0 + r, nq - 1);
-        stage_q4(Qs + r * LD + col, q + ((size_t)(f / G) * H + kvh * G + f % G) * hd + col, f0 + r < nq);
+        stage(c, Kw);
+    if (fz.k) {
+#pragma unroll
+        for (int i = 0; i < QR; i++) {
+            int r = warp + DEC_WARPS * i;
+            if (f0 + r < nq) /* warp-uniform */
+                norm_rope(x0[i], x1[i], hq, hd, fz.eps, base + (f0 + r) / G);
+            store_head(Qs + r * LD, x0[i], x1[i], hd);
+        }
+    } else {
+        for (int i = threadIdx.x; i < 16 * hd / 4; i += blockDim.x) { /* Q, rows past the group's zero */
+            int r = i / (hd / 4), col = i % (hd / 4) * 4, f = min(f0 + r, nq - 1);
+            stage_q4(Qs + r * LD + col, q + ((size_t)(f / G) * H + kvh * G + f % G) * hd + col, f0 + r < nq);
+        }
     }
     int lo_r[2], hi_r[2];
     for (int r = 0; r < 2; r++) {
@@ -327,9 +408,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     for (int k = 0; c < chunks; c += stride, k++) {
         bf16 *Kb = Kw + (k & 1) * 2 * DEC_KEYS * LD;
         if (c + stride < chunks) {
-            bf16 *Kn = Kw + ((k + 1) & 1) * 2 * DEC_KEYS * LD;
-            stage_kv(Kn, Kn + DEC_KEYS * LD, LD, kh, vh, kvs, slots, hd, lo + (c + stride) * DEC_KEYS, DEC_KEYS,
-                     last, lane, 32);
+            stage(c + stride, Kw + ((k + 1) & 1) * 2 * DEC_KEYS * LD);
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
@@ -503,7 +582,7 @@ __global__ void __launch_bounds__(fa_shape<HD>::WARPS * 32, 2)
     int kvh = h / (H / KVH), ntiles = (last - lo) / FA_K + 1;
     size_t kvs = (size_t)KVH * HD;
     const bf16 *kh = kc + (size_t)kvh * HD, *vh = vc + (size_t)kvh * HD;
-    stage_kv(KV, KV + FA_K * LD, LD, kh, vh, kvs, slots, HD, lo, FA_K, last, threadIdx.x, blockDim.x);
+    stage_kv(KV, KV + FA_K * LD, LD, kh, vh, kvs, slots, HD, lo, FA_K, last, last + 1, threadIdx.x, blockDim.x);
     for (int i = threadIdx.x; i < FA_Q * HD / 4; i += blockDim.x) { /* Q, rows past n_rows zero */
         int r = i / (HD / 4), c = i % (HD / 4) * 4;
         stage_q4(Qs + r * LD + c, q + ((size_t)(r0 + min(r, nr - 1)) * H + h) * HD + c, r < nr);
@@ -523,8 +602,8 @@ __global__ void __launch_bounds__(fa_shape<HD>::WARPS * 32, 2)
     for (int j = 0; j < ntiles; j++) {
         if (j + 1 < ntiles) {
             bf16 *Kn = KV + ((j + 1) & 1) * 2 * FA_K * LD;
-            stage_kv(Kn, Kn + FA_K * LD, LD, kh, vh, kvs, slots, HD, lo + (j + 1) * FA_K, FA_K, last, threadIdx.x,
-                     blockDim.x);
+            stage_kv(Kn, Kn + FA_K * LD, LD, kh, vh, kvs, slots, HD, lo + (j + 1) * FA_K, FA_K, last, last + 1,
+                     threadIdx.x, blockDim.x);
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();

@@ -191,6 +191,72 @@ __global__ void k_from_bf16(float *dst, const __nv_bfloat16 *src, size_t n)
  * row a warp moved 2 TB/s; four rows a warp took Qwen3-0.6B's 4096-token
  * prefill from 246.8k to 252.8k tok/s, bench/RESULTS.md). */
 enum { QK_WARPS = 4, QK_ROWS = 4 };
+
+/* A head's norm weights and RoPE inverse frequencies at the rotation pairs
+ * a lane holds (p = lane + 32 j, j < P: elements p and p + hd / 2, which
+ * share one angle); zeros past the head or when !live. Weights and
+ * frequencies never change: read before the wait. */
+template <int P> struct head_pairs {
+    float w0[P], w1[P], f[P];
+};
+template <int P>
+__device__ __forceinline__ void load_pairs(head_pairs<P> &h, const void *nw, int dt, const float *inv, int hd,
+                                           int plus_one, bool live)
+{
+    int lane = threadIdx.x & 31, half = hd / 2;
+#pragma unroll
+    for (int j = 0; j < P; j++) {
+        int p = lane + 32 * j;
+        bool in = live && p < half;
+        h.w0[j] = in ? norm_w(nw, dt, p, plus_one) : 0.0f;
+        h.w1[j] = in ? norm_w(nw, dt, p + half, plus_one) : 0.0f;
+        h.f[j] = in ? inv[p] : 0.0f;
+    }
+}
+
+/* One head row held by a warp in pairs (every lane calls it): RMSNorm over
+ * hd, then rotate-half RoPE at position pos, in place (one sincos a pair). */
+template <int P>
+__device__ __forceinline__ void norm_rope(float (&x0)[P], float (&x1)[P], const head_pairs<P> &h, int hd, float eps,
+                                          int pos)
+{
+    float ss = 0;
+#pragma unroll
+    for (int j = 0; j < P; j++)
+        ss += x0[j] * x0[j] + x1[j] * x1[j];
+    float rs = 1.0f / sqrtf(warp_sum(ss) / hd + eps);
+#pragma unroll
+    for (int j = 0; j < P; j++) {
+        float a = x0[j] * rs * h.w0[j], b = x1[j] * rs * h.w1[j], c, sn;
+        sincosf((float)pos * h.f[j], &sn, &c);
+        x0[j] = a * c - b * sn;
+        x1[j] = b * c + a * sn;
+    }
+}
+
+/* A head row's pairs from src (zeros past the head or when !in). */
+template <int P> __device__ __forceinline__ void load_head(float (&x0)[P], float (&x1)[P], const float *src, int hd, bool in)
+{
+    int lane = threadIdx.x & 31, half = hd / 2;
+#pragma unroll
+    for (int j = 0; j < P; j++) {
+        int p = lane + 32 * j;
+        x0[j] = in && p < half ? src[p] : 0.0f;
+        x1[j] = in && p < half ? src[p + half] : 0.0f;
+    }
+}
+
+/* Attention's inputs, one warp per (head, QK_ROWS rows), QK_WARPS heads a
+ * block; heads [0, Hq) are q's, [Hq, Hq + Hk) k's. Each head: RMSNorm over
+ * head_dim, rotate-half RoPE (inv: the float32 inverse frequencies computed
+ * on the host as the CPU backend does); q's heads back in place, k's to the
+ * cache with v's head of the same number, both rounded to bf16 (the
+ * cache's precision). Lane l holds the rotation pairs of head_pairs (head_dim
+ * up to 64 P). Its norm weights and frequencies are read before the wait,
+ * then every row's elements in one round of loads (one row a warp moved 2
+ * TB/s; four rows a warp took Qwen3-0.6B's 4096-token prefill from 246.8k
+ * to 252.8k tok/s, bench/RESULTS.md). Decode steps fold this into the
+ * attention kernel instead (k_attn_dec's qk_fuse). */
 template <int P>
 __global__ void __launch_bounds__(QK_WARPS * 32)
     k_qk_prepare(float *q, const float *k, const float *v, const void *qn, int dt_q, const void *kn, int dt_k,
@@ -201,17 +267,8 @@ __global__ void __launch_bounds__(QK_WARPS * 32)
     int i0 = blockIdx.y * QK_ROWS, nr = min(QK_ROWS, n_rows - i0);
     bool is_q = h < Hq, live = h < Hq + Hk;
     int half = hd / 2;
-    const void *nw = is_q ? qn : kn;
-    int dt = is_q ? dt_q : dt_k;
-    float w0[P], w1[P], f[P];
-#pragma unroll
-    for (int j = 0; j < P; j++) {
-        int p = lane + 32 * j;
-        bool in = live && p < half;
-        w0[j] = in ? norm_w(nw, dt, p, plus_one) : 0.0f;
-        w1[j] = in ? norm_w(nw, dt, p + half, plus_one) : 0.0f;
-        f[j] = in ? inv[p] : 0.0f;
-    }
+    head_pairs<P> hp;
+    load_pairs(hp, is_q ? qn : kn, is_q ? dt_q : dt_k, inv, hd, plus_one, live);
     pdl_trigger();
     pdl_wait();
     if (!live)
@@ -220,43 +277,30 @@ __global__ void __launch_bounds__(QK_WARPS * 32)
     const float *src = is_q ? q : k;
     float x0[QK_ROWS][P], x1[QK_ROWS][P], v0[QK_ROWS][P], v1[QK_ROWS][P];
 #pragma unroll
-    for (int r = 0; r < QK_ROWS; r++)
-#pragma unroll
-        for (int j = 0; j < P; j++) {
-            int p = lane + 32 * j;
-            bool in = r < nr && p < half;
-            size_t at = (size_t)(i0 + r) * cols + (size_t)hh * hd + p;
-            x0[r][j] = in ? src[at] : 0.0f;
-            x1[r][j] = in ? src[at + half] : 0.0f;
-            v0[r][j] = in && !is_q ? v[at] : 0.0f;
-            v1[r][j] = in && !is_q ? v[at + half] : 0.0f;
-        }
+    for (int r = 0; r < QK_ROWS; r++) {
+        size_t at = (size_t)(i0 + r) * cols + (size_t)hh * hd;
+        load_head(x0[r], x1[r], src + at, hd, r < nr);
+        load_head(v0[r], v1[r], v + at, hd, r < nr && !is_q);
+    }
     int pos0r = (dpos ? *dpos : pos0) + i0;
 #pragma unroll
     for (int r = 0; r < QK_ROWS; r++) {
         if (r >= nr)
             break;
-        float ss = 0;
-#pragma unroll
-        for (int j = 0; j < P; j++)
-            ss += x0[r][j] * x0[r][j] + x1[r][j] * x1[r][j];
-        float rs = 1.0f / sqrtf(warp_sum(ss) / hd + eps);
         int pos = pos0r + r;
+        norm_rope(x0[r], x1[r], hp, hd, eps, pos);
         size_t at = (size_t)(i0 + r) * cols + (size_t)hh * hd, slot = (size_t)(pos % slots) * cols + (size_t)hh * hd;
 #pragma unroll
         for (int j = 0; j < P; j++) {
             int p = lane + 32 * j;
             if (p >= half)
                 continue;
-            float a = x0[r][j] * rs * w0[j], b = x1[r][j] * rs * w1[j], c, sn;
-            sincosf((float)pos * f[j], &sn, &c);
-            float o0 = a * c - b * sn, o1 = b * c + a * sn;
             if (is_q) {
-                q[at + p] = o0;
-                q[at + p + half] = o1;
+                q[at + p] = x0[r][j];
+                q[at + p + half] = x1[r][j];
             } else {
-                kc[slot + p] = __float2bfloat16_rn(o0);
-                kc[slot + p + half] = __float2bfloat16_rn(o1);
+                kc[slot + p] = __float2bfloat16_rn(x0[r][j]);
+                kc[slot + p + half] = __float2bfloat16_rn(x1[r][j]);
                 vc[slot + p] = __float2bfloat16_rn(v0[r][j]);
                 vc[slot + p + half] = __float2bfloat16_rn(v1[r][j]);
             }

@@ -399,6 +399,70 @@ static void fill_caches(pair *p, both *q, both *kc, both *vc, int hd, int fill, 
     drop(p, &kn);
 }
 
+/* Random float32 data [rows, cols] bound on both backends, twice. */
+static void twins(pair *p, int rows, int cols, both *a, both *b)
+{
+    size_t n = (size_t)rows * cols;
+    float *d = malloc(n * 4), *e = malloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+        d[i] = frand();
+    memcpy(e, d, n * 4);
+    *a = bound(p, rows, cols, d);
+    *b = bound(p, rows, cols, e);
+}
+
+/* Decode steps at the cache's next positions, whose qk_prepare the GPU
+ * folds into the attention kernel (the step's keys written there, q
+ * normalized and rotated as it is staged): the same step once folded and
+ * once with a read of q between the two ops, which makes the prepare run
+ * as its own launch. That read checks q against the CPU. Both runs
+ * compute q and the keys by the same code (norm_rope) and round them to
+ * bf16; a contraction into FMA that differs between the two kernels can
+ * move a value to the neighbouring bf16, far less than check_attention's
+ * tolerance, which also stands here. */
+static void check_folded_decode(pair *p, both *kc, both *vc, int H, int hd, int pos, int plus_one)
+{
+    const lmx_rope rope = {1e6f, 1.0f};
+    int kv = kc->cols, ns[] = {1, 3, 8};
+    both qn = input(p, 1, hd, LMX_DT_BF16, 1.0f), kn = input(p, 1, hd, LMX_DT_BF16, 1.0f);
+    for (int i = 0; i < 3; i++) {
+        int n = ns[i];
+        both q1, q2, k1, k2, v = activations(p, n, kv, 1.0f), o1 = output(p, n, H * hd), o2 = output(p, n, H * hd);
+        twins(p, n, H * hd, &q1, &q2);
+        twins(p, n, kv, &k1, &k2);
+        /* a wrapped cache: a window that keeps the keys read in distinct
+         * slots, as lmx_model_cache_slots sizes the ring */
+        int window = pos + 8 > kc->rows ? kc->rows - 7 : 0;
+        lmx_attn_params ap = {n, pos, H, kv / hd, hd, window, 1.0f / sqrtf((float)hd), 0};
+        lmx_backend *g = p->gpu;
+        g->ops->qk_prepare(g, q1.g, k1.g, v.g, qn.g, kn.g, kc->g, vc->g, n, hd, pos, rope, 1e-6f, plus_one);
+        g->ops->attention(g, o1.g, q1.g, kc->g, vc->g, &ap);
+        g->ops->qk_prepare(g, q2.g, k2.g, v.g, qn.g, kn.g, kc->g, vc->g, n, hd, pos, rope, 1e-6f, plus_one);
+        p->cpu->ops->qk_prepare(p->cpu, q2.c, k2.c, v.c, qn.c, kn.c, kc->c, vc->c, n, hd, pos, rope, 1e-6f,
+                                plus_one);
+        char what[96];
+        snprintf(what, sizeof what, "qk_prepare hd %d, %d decode rows at %d: q", hd, n, pos);
+        same(p, &q2, n, 1e-5f, what);
+        g->ops->attention(g, o2.g, q2.g, kc->g, vc->g, &ap);
+        size_t len = (size_t)n * H * hd;
+        float *a = malloc(len * 4), *b = malloc(len * 4), worst = 0;
+        g->ops->read(g, a, (size_t)H * hd, o1.g, 0, n);
+        g->ops->read(g, b, (size_t)H * hd, o2.g, 0, n);
+        for (size_t j = 0; j < len; j++)
+            worst = isfinite(a[j]) ? fmaxf(worst, fabsf(a[j] - b[j])) : INFINITY;
+        CHECK(worst <= (0x1p-9f + 2e-5f) * fmaxf(1.0f, test_max_abs(b, len)),
+              "attention hd %d, %d decode rows at %d, qk_prepare folded in: %g from the unfolded step", hd, n, pos,
+              (double)worst);
+        free(a);
+        free(b);
+        both *all[] = {&q1, &q2, &k1, &k2, &v, &o1, &o2};
+        for (int j = 0; j < 7; j++)
+            drop(p, all[j]);
+    }
+    drop(p, &qn);
+    drop(p, &kn);
+}
+
 /* Attention over a cache filled by qk_prepare (q/k norms, RoPE at large
  * positions with two RoPE settings), the GPU's in bf16 (alloc_cache), the
  * CPU's float32 one rounded to bf16 afterwards, and q rounded to bf16 on
@@ -455,6 +519,7 @@ static void check_attention(pair *p)
             float e = same(p, &o, n, tc ? 0x1p-9f + 2e-5f : 2e-4f, what); /* max |v| <= 1 */
             worst[n > 8] = fmaxf(worst[n > 8], e);
         }
+        check_folded_decode(p, &kc, &vc, H, hd, fill, c & 1);
         printf("attention hd %d heads %d/%d, %d positions in %d slots: worst relative error decode %.2e, prefill "
                "%.2e\n",
                hd, H, KVH, fill, slots, (double)worst[0], (double)worst[1]);
