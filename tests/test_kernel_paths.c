@@ -142,20 +142,22 @@ static void check_kernels(const lmx_cpu_kernels *k, const lmx_cpu_kernels *ref, 
                   *rrow = malloc((size_t)K * sizeof *rrow);
             for (int i = 0; i < 40 * K; i++)
                 x[i] = frand();
-            /* the AMX path's prefill rounds q4 weights to bf16 (docs/quantization.md):
-             * its reference is the scalar product on those bf16 weights */
-            int amx_q4 = k->amx_gemm && kind == LMX_WK_Q4 && N % 32 == 0 && K % 32 == 0;
-            uint16_t *wb = amx_q4 ? malloc((size_t)N * K * sizeof *wb) : NULL;
-            for (int r = 0; wb && r < N; r++) {
-                ref->decode(&w, r, rrow);
-                for (int c = 0; c < K; c++)
-                    wb[(size_t)r * K + c] = lmx_f32_to_bf16(rrow[c]);
+            /* q8/q4 prefill on the AMX tiles keeps x in float32 where every
+             * other path rounds it to 8 bits, and rounds q4 weights to bf16
+             * (docs/quantization.md): its reference is the scalar product on
+             * the decoded weights (q8) or those rounded to bf16 (q4) */
+            int amx_q = k->amx_gemm && kind >= LMX_WK_Q8 && N % 32 == 0 && K % 32 == 0;
+            float *wd = amx_q ? malloc((size_t)N * K * sizeof *wd) : NULL;
+            for (int r = 0; wd && r < N; r++) {
+                ref->decode(&w, r, wd + (size_t)r * K);
+                for (int c = 0; c < K && kind == LMX_WK_Q4; c++)
+                    wd[(size_t)r * K + c] = lmx_bf16_to_f32(lmx_f32_to_bf16(wd[(size_t)r * K + c]));
             }
-            lmx_cpu_weight wr = {LMX_WK_BF16, N, K, wb, NULL, NULL, 0};
+            lmx_cpu_weight wr = {LMX_WK_F32, N, K, wd, NULL, NULL, 0};
             for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
                 int n = ns[ni];
                 lmx_cpu_mm_run(mm, a, x, n, &w);
-                lmx_cpu_mm_run(mr, b, x, n, amx_q4 && n > 4 ? &wr : &w);
+                lmx_cpu_mm_run(mr, b, x, n, amx_q && n > 4 ? &wr : &w);
                 float worst = 0;
                 for (int i = 0; i < n * N; i++)
                     worst = fmaxf(worst, fabsf(a[i] - b[i]));
@@ -167,7 +169,7 @@ static void check_kernels(const lmx_cpu_kernels *k, const lmx_cpu_kernels *ref, 
             ref->decode(&w, N - 1, rrow);
             CHECK(!memcmp(row, rrow, (size_t)K * sizeof *row), "%s decode %s K %d",
                   lmx_cpu_path_name(k->path), kind_names[kind], K);
-            free(x), free(a), free(b), free(row), free(rrow), free(keep), free(wb);
+            free(x), free(a), free(b), free(row), free(rrow), free(keep), free(wd);
         }
     float u[77], v[77], y[77], z[77];
     for (int i = 0; i < 77; i++)
