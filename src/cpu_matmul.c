@@ -148,18 +148,23 @@ typedef struct mm_job {
 
 enum { PACK_COLS = 64 };
 
-/* xt[k * ldx + i] = x[i * K + k] for a block of k; rows n..ldx stay zero. */
+/* x packed k-major in panels of tile_nx rows, each panel contiguous:
+ * xt[(p * K + k) * NX + i] = x[(p * NX + i) * K + k] for a block of k;
+ * rows n..ldx zero. A tile call then reads its panel as one sequential
+ * stream; one k-major array of all rows had it read NX floats every ldx
+ * (1 KB apart at 256 rows), which fell into a few L1 sets: a 3072 x 256
+ * product by 256 rows ran at 64 GFLOP/s on one core of the AMD machine. */
 static void pack_task(void *ctx, int task, int worker)
 {
     const mm_job *j = ctx;
-    int K = j->w->cols, k0 = task * PACK_COLS, k1 = k0 + PACK_COLS < K ? k0 + PACK_COLS : K;
-    float *xt = j->mm->xt;
-    for (int k = k0; k < k1; k++) {
-        float *d = xt + (size_t)k * j->ldx;
-        for (int i = 0; i < j->n; i++)
-            d[i] = j->x[(size_t)i * K + k];
-        for (int i = j->n; i < j->ldx; i++)
-            d[i] = 0;
+    int K = j->w->cols, NX = j->mm->k->tile_nx, k0 = task * PACK_COLS, k1 = k0 + PACK_COLS < K ? k0 + PACK_COLS : K;
+    for (int p = 0; p < j->ldx / NX; p++) {
+        float *panel = j->mm->xt + (size_t)p * K * NX;
+        for (int k = k0; k < k1; k++)
+            for (int i = 0; i < NX; i++) {
+                int r = p * NX + i;
+                panel[(size_t)k * NX + i] = r < j->n ? j->x[(size_t)r * K + k] : 0.0f;
+            }
     }
 }
 
@@ -177,7 +182,7 @@ static void tile_task(void *ctx, int task, int worker)
         k->decode(w, r0 + r, wt + (size_t)r * ldw);
     for (int i0 = 0; i0 < j->n; i0 += k->tile_nx) {
         int nx = j->n - i0 < k->tile_nx ? j->n - i0 : k->tile_nx;
-        k->tile(wt, ldw, mr, K, j->mm->xt + i0, j->ldx, nx, j->out + (size_t)i0 * N + r0, N);
+        k->tile(wt, ldw, mr, K, j->mm->xt + (size_t)i0 * K, k->tile_nx, nx, j->out + (size_t)i0 * N + r0, N);
     }
 }
 
