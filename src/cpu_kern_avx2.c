@@ -238,6 +238,18 @@ static void tile_avx2(const float *wt, int ldw, int mr, int K, const float *xt, 
 #undef ROW2
     }
     __m256 c[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+    if (mr == MR) { /* each x row's 6 outputs are adjacent: one gather and one store a row */
+        float t[MR][NX];
+        for (int r = 0; r < MR; r++) {
+            _mm256_storeu_ps(t[r], c[r][0]);
+            _mm256_storeu_ps(t[r] + 8, c[r][1]);
+        }
+        const __m256i col = _mm256_setr_epi32(0, NX, 2 * NX, 3 * NX, 4 * NX, 5 * NX, 0, 0);
+        const __m256i six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
+        for (int i = 0; i < nx; i++)
+            _mm256_maskstore_ps(out + (size_t)i * ldo, six, _mm256_i32gather_ps(&t[0][i], col, 4));
+        return;
+    }
     for (int r = 0; r < mr; r++) {
         store_col(out, ldo, r, 0, nx, c[r][0]);
         if (nx > 8)

@@ -355,6 +355,17 @@ static void tile_avx512(const float *wt, int ldw, int mr, int K, const float *xt
     }
     __m512 c[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31},
                        {c40, c41}, {c50, c51}, {c60, c61}, {c70, c71}};
+    if (mr == MR) { /* each x row's 8 outputs are adjacent: one gather and one store a row */
+        float t[MR][NX];
+        for (int r = 0; r < MR; r++) {
+            _mm512_storeu_ps(t[r], c[r][0]);
+            _mm512_storeu_ps(t[r] + 16, c[r][1]);
+        }
+        const __m256i col = _mm256_setr_epi32(0, NX, 2 * NX, 3 * NX, 4 * NX, 5 * NX, 6 * NX, 7 * NX);
+        for (int i = 0; i < nx; i++)
+            _mm256_storeu_ps(out + (size_t)i * ldo, _mm256_i32gather_ps(&t[0][i], col, 4));
+        return;
+    }
     for (int r = 0; r < mr; r++) {
         store_col(out, ldo, r, 0, nx, c[r][0]);
         if (nx > 16)
