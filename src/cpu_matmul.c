@@ -242,11 +242,10 @@ void lmx_cpu_mm_run(lmx_cpu_mm *mm, float *out, const float *x, int n, const lmx
     int amx = mm->k->amx_gemm && w->rows % 32 == 0 && w->cols % 32 == 0;
     if (amx) /* hi and lo, uint16 each, in the room of one float per element */
         ldx = (n + 31) / 32 * 32;
-    /* q8/q4 without AMX: the integer matvec kernels on x rounded to 8 bits
-     * (as decode), MV_ROWS rows a pass, beat decoding weights to float32
-     * tiles (docs/quantization.md) */
-    int quant = w->kind == LMX_WK_Q8 || w->kind == LMX_WK_Q4;
-    if (n <= MV_ROWS || (quant && !amx) || ensure_xt(mm, (size_t)ldx * (size_t)w->cols)) {
+    /* q4 without AMX: the integer matvec kernels on x rounded to 8 bits
+     * (as decode), MV_ROWS rows a pass, beat decoding q4 weights to float32
+     * tiles; q8's decode is cheaper and its tiles win (docs/quantization.md) */
+    if (n <= MV_ROWS || (w->kind == LMX_WK_Q4 && !amx) || ensure_xt(mm, (size_t)ldx * (size_t)w->cols)) {
         run_matvec(mm, out, x, n, w); /* also the fallback when memory is short */
     } else if (amx) {
         mm_job j = {mm, w, x, n, ldx, out};

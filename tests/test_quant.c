@@ -102,8 +102,8 @@ static float *run(const char *dir, int quant, int one_by_one, int *V)
  * decode. The bounds are about 2.5x the worst fixture (docs/quantization.md
  * has the numbers): these are random-weight models with sharp logits, a
  * harder case than trained ones. Decode also rounds x to 8 bits, an error
- * about the size of q8's own: q8's bound is 2.5x larger there, and in
- * prefill too, which rounds x the same way on every path but AMX tiles. */
+ * about the size of q8's own: q8's bound is 2.5x larger there. (Prefill
+ * rounds x only for q4 weights, on every path but AMX tiles.) */
 static void check_kl(const char *label, const char *dir, double bound8, double bound4)
 {
     for (int dec = 0; dec < 2; dec++) {
@@ -127,7 +127,8 @@ static void check_kl(const char *label, const char *dir, double bound8, double b
          * either breaks it by orders of magnitude. */
         double ratio = mean[1] / mean[0];
         CHECK(ratio > 64 && ratio < 1024, "%s %s: KL q4 / KL q8 = %g, want ~289", label, how, ratio);
-        CHECK(mean[0] <= bound8 * 2.5, "%s %s: KL q8 %g > %g", label, how, mean[0], bound8 * 2.5);
+        CHECK(mean[0] <= bound8 * (dec ? 2.5 : 1), "%s %s: KL q8 %g > %g", label, how, mean[0],
+              bound8 * (dec ? 2.5 : 1));
         CHECK(mean[1] <= bound4, "%s %s: KL q4 %g > %g", label, how, mean[1], bound4);
         free(ref);
     }
