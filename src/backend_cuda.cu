@@ -43,7 +43,7 @@ struct lmx_tensor {
     /* An activation whose float32 values were not written: it exists as
      * the bf16 copy of the products' input (xbf) only, until an op needs
      * the floats (need_f32) or the copy is replaced (then reading it is an
-     * error). Set by the gated activation of a prefill (lean_gated). */
+     * error). Set by the gated activation of a lean prefill (matmuls). */
     mutable bool f32_stale;
 };
 
@@ -518,7 +518,7 @@ bool need_f32(cuda_backend *b, const lmx_tensor *t)
         return false;
     }
     size_t n = (size_t)b->xbf_rows * t->cols;
-    launch(b, k_from_bf16, blocks_for(n / 8 + 1, 256), 256, 0, (float *)t->data, (const __nv_bfloat16 *)b->xbf, n);
+    launch(b, k_from_bf16, blocks_for(n / 4 + 1, 256), 256, 0, (float *)t->data, (const __nv_bfloat16 *)b->xbf, n);
     launched(b, "from bf16");
     t->f32_stale = false;
     return true;

@@ -264,20 +264,6 @@ struct qk_fuse {
     bf16 *kc, *vc;
 };
 
-/* A head row held by a warp in pairs (load_head) to dst in bf16. */
-template <int P> __device__ __forceinline__ void store_head(bf16 *dst, const float (&x0)[P], const float (&x1)[P], int hd)
-{
-    int lane = threadIdx.x & 31, half = hd / 2;
-#pragma unroll
-    for (int j = 0; j < P; j++) {
-        int p = lane + 32 * j;
-        if (p < half) {
-            dst[p] = __float2bfloat16_rn(x0[j]);
-            dst[p + half] = __float2bfloat16_rn(x1[j]);
-        }
-    }
-}
-
 /* A decode block: DEC_WARPS warps, each taking DEC_KEYS-key chunks of the
  * keys in turn, double-buffered; the cache is cut into splits of at least
  * DEC_SPLIT_CHUNKS chunks a warp (2 rather than 1: fewer blocks and

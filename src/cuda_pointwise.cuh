@@ -179,17 +179,6 @@ __global__ void k_from_bf16(float *dst, const __nv_bfloat16 *src, size_t n)
         dst[i] = __bfloat162float(src[i]);
 }
 
-/* Attention's inputs, one warp per (head, QK_ROWS rows), QK_WARPS heads a
- * block; heads [0, Hq) are q's, [Hq, Hq + Hk) k's. Each head: RMSNorm over
- * head_dim, rotate-half RoPE (inv: the float32 inverse frequencies computed
- * on the host as the CPU backend does); q's heads back in place, k's to the
- * cache with v's head of the same number, both rounded to bf16 (the
- * cache's precision). Lane l holds the rotation pairs p = l + 32 j, j < P
- * (elements p and p + head_dim / 2, which share one angle: one sincos a
- * pair; head_dim up to 64 P). Its norm weights and frequencies are read
- * before the wait, then every row's elements in one round of loads (one
- * row a warp moved 2 TB/s; four rows a warp took Qwen3-0.6B's 4096-token
- * prefill from 246.8k to 252.8k tok/s, bench/RESULTS.md). */
 enum { QK_WARPS = 4, QK_ROWS = 4 };
 
 /* A head's norm weights and RoPE inverse frequencies at the rotation pairs
@@ -246,6 +235,22 @@ template <int P> __device__ __forceinline__ void load_head(float (&x0)[P], float
     }
 }
 
+/* A head row held by a warp in pairs (load_head) to dst, as T (float, or
+ * bf16 rounded to nearest). */
+template <typename T, int P>
+__device__ __forceinline__ void store_head(T *dst, const float (&x0)[P], const float (&x1)[P], int hd)
+{
+    int lane = threadIdx.x & 31, half = hd / 2;
+#pragma unroll
+    for (int j = 0; j < P; j++) {
+        int p = lane + 32 * j;
+        if (p < half) {
+            dst[p] = T(x0[j]);
+            dst[p + half] = T(x1[j]);
+        }
+    }
+}
+
 /* Attention's inputs, one warp per (head, QK_ROWS rows), QK_WARPS heads a
  * block; heads [0, Hq) are q's, [Hq, Hq + Hk) k's. Each head: RMSNorm over
  * head_dim, rotate-half RoPE (inv: the float32 inverse frequencies computed
@@ -263,10 +268,9 @@ __global__ void __launch_bounds__(QK_WARPS * 32)
                  __nv_bfloat16 *kc, __nv_bfloat16 *vc, const float *inv, int hd, int Hq, int Hk, int slots,
                  const int *dpos, int pos0, int n_rows, float eps, int plus_one)
 {
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, h = blockIdx.x * QK_WARPS + warp;
+    int warp = threadIdx.x >> 5, h = blockIdx.x * QK_WARPS + warp;
     int i0 = blockIdx.y * QK_ROWS, nr = min(QK_ROWS, n_rows - i0);
     bool is_q = h < Hq, live = h < Hq + Hk;
-    int half = hd / 2;
     head_pairs<P> hp;
     load_pairs(hp, is_q ? qn : kn, is_q ? dt_q : dt_k, inv, hd, plus_one, live);
     pdl_trigger();
@@ -290,20 +294,11 @@ __global__ void __launch_bounds__(QK_WARPS * 32)
         int pos = pos0r + r;
         norm_rope(x0[r], x1[r], hp, hd, eps, pos);
         size_t at = (size_t)(i0 + r) * cols + (size_t)hh * hd, slot = (size_t)(pos % slots) * cols + (size_t)hh * hd;
-#pragma unroll
-        for (int j = 0; j < P; j++) {
-            int p = lane + 32 * j;
-            if (p >= half)
-                continue;
-            if (is_q) {
-                q[at + p] = x0[r][j];
-                q[at + p + half] = x1[r][j];
-            } else {
-                kc[slot + p] = __float2bfloat16_rn(x0[r][j]);
-                kc[slot + p + half] = __float2bfloat16_rn(x1[r][j]);
-                vc[slot + p] = __float2bfloat16_rn(v0[r][j]);
-                vc[slot + p + half] = __float2bfloat16_rn(v1[r][j]);
-            }
+        if (is_q) {
+            store_head(q + at, x0[r], x1[r], hd);
+        } else {
+            store_head(kc + slot, x0[r], x1[r], hd);
+            store_head(vc + slot, v0[r], v1[r], hd);
         }
     }
 }
@@ -323,7 +318,8 @@ __global__ void k_set_ptrs(const void **dst, ptr_set s)
 
 /* act(g) * u over n elements, four a thread, into out (float32; may be g)
  * and, with ob (prefill), in bf16 for the next product; T: float32 g and
- * u, or bf16 ones (the products wrote them so: lean_gated). */
+ * u, or bf16 ones (the products wrote them so: matmuls' lean gated
+ * prefill). */
 template <typename T>
 __global__ void k_gated_act(float *out, __nv_bfloat16 *ob, const T *g, const T *u, size_t n, int gelu)
 {
