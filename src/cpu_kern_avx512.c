@@ -373,6 +373,138 @@ static void tile_avx512(const float *wt, int ldw, int mr, int K, const float *xt
     }
 }
 
+/* The integer GEMM tile (qgemm) of q8/q4 weights: QMR weight rows,
+ * repacked once a call so that one 64-byte vector holds 4 consecutive
+ * weights of 16 rows (row r's at bytes 4r .. 4r + 3; q4 widened to bytes),
+ * against QNX rows of x at a time, whose 4 bytes at a time are broadcast:
+ * per group 2 x QNX int32 sums of vpdpbusd (unsigned weights times signed
+ * x, exact), then into float as the matvec does: += step * (scale * sum +
+ * bias * xqsum). */
+enum { QMR = 32, QV = QMR / 16, QNX = 6 };
+
+/* v[c] lane r = v[r] lane c, for 16 vectors of 16 int32. */
+static inline void transpose16(__m512i v[16])
+{
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) { /* in each 128-bit block: elements 0-1, 2-3 of rows i, i + 1 */
+        t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) { /* v[i + e], block l: element 4l + e of rows i .. i + 3 */
+        v[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        v[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        v[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        v[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int e = 0; e < 4; e++) { /* element 4l + e: block l of v[e], v[4 + e], v[8 + e], v[12 + e] */
+        __m512i a = _mm512_shuffle_i32x4(v[e], v[4 + e], 0x88), b = _mm512_shuffle_i32x4(v[e], v[4 + e], 0xdd);
+        __m512i c = _mm512_shuffle_i32x4(v[8 + e], v[12 + e], 0x88), d = _mm512_shuffle_i32x4(v[8 + e], v[12 + e], 0xdd);
+        t[e] = _mm512_shuffle_i32x4(a, c, 0x88);
+        t[4 + e] = _mm512_shuffle_i32x4(b, d, 0x88);
+        t[8 + e] = _mm512_shuffle_i32x4(a, c, 0xdd);
+        t[12 + e] = _mm512_shuffle_i32x4(b, d, 0xdd);
+    }
+    for (int i = 0; i < 16; i++)
+        v[i] = t[i];
+}
+
+/* Elements c .. c + 63 of a quantized row as bytes in order (only c ..
+ * c + 31 with half, the rest zero); q4's nibbles widened as decode_quant. */
+static inline __m512i ld_row64(const uint8_t *q, int c, int q4, int half)
+{
+    if (!q4)
+        return _mm512_maskz_loadu_epi8(half ? 0xffffffffull : ~0ull, q + c);
+    __m256i b = _mm256_maskz_loadu_epi8(half ? 0xffffu : ~0u, q + c / 2);
+    __m512i h = _mm512_cvtepu8_epi16(b);
+    return _mm512_or_si512(_mm512_and_si512(h, _mm512_set1_epi16(15)), _mm512_slli_epi16(_mm512_srli_epi16(h, 4), 8));
+}
+
+/* Rows r0 .. r0 + mr (zero rows up to QMR) into wq, vector (j, v) at
+ * (j * QV + v) * 64 holding weights 4j .. 4j + 3 of rows 16v .. 16v + 15,
+ * and their scales and biases as float, ws[g * QMR + r]. */
+static void qgemm_pack(const lmx_cpu_weight *w, int r0, int mr, uint8_t *wq, float *ws, float *wb)
+{
+    int K = w->cols, ng = K / w->group, q4 = w->kind == LMX_WK_Q4;
+    size_t rb = (size_t)K / (q4 ? 2 : 1);
+    const uint8_t *q = (const uint8_t *)w->data + (size_t)r0 * rb;
+    for (int v = 0; v < QV; v++)
+        for (int c = 0; c < K; c += 64) {
+            __m512i t[16];
+            int half = K - c < 64; /* K is a multiple of 32 */
+            for (int r = 0; r < 16; r++) {
+                int row = 16 * v + r;
+                t[r] = row < mr ? ld_row64(q + (size_t)row * rb, c, q4, half) : _mm512_setzero_si512();
+            }
+            transpose16(t);
+            for (int j = 0; j < (half ? 8 : 16); j++)
+                _mm512_store_si512(wq + ((size_t)(c / 4 + j) * QV + v) * 64, t[j]);
+        }
+    for (int g = 0; g < ng; g++)
+        for (int r = 0; r < QMR; r++) {
+            size_t o = (size_t)(r0 + r) * ng + g;
+            ws[g * QMR + r] = r < mr ? h2f(w->scales[o]) : 0.0f;
+            wb[g * QMR + r] = r < mr ? h2f(w->biases[o]) : 0.0f;
+        }
+}
+
+/* The repacked rows against one panel of x (lmx_cpu_xpanels): QV x QNX
+ * accumulators of each kind in registers over all of K; writes nx rows
+ * of out, the rows' lanes masked by m. */
+static void qgemm_block(const uint8_t *wq, const float *ws, const float *wb, int K, int G, const int32_t *xq,
+                        const float *xd, const float *xb, float *out, int ldo, const __mmask16 m[QV], int nx)
+{
+    __m512 acc[QV][QNX];
+    for (int v = 0; v < QV; v++)
+        for (int i = 0; i < QNX; i++)
+            acc[v][i] = _mm512_setzero_ps();
+    for (int g = 0; g < K / G; g++) {
+        __m512i s[QV][QNX];
+        for (int v = 0; v < QV; v++)
+            for (int i = 0; i < QNX; i++)
+                s[v][i] = _mm512_setzero_si512();
+        for (int j = g * G / 4; j < (g + 1) * G / 4; j++) {
+            __m512i wv[QV];
+            for (int v = 0; v < QV; v++)
+                wv[v] = _mm512_load_si512(wq + ((size_t)j * QV + v) * 64);
+            for (int i = 0; i < QNX; i++) {
+                __m512i xv = _mm512_set1_epi32(xq[(size_t)j * QNX + i]);
+                for (int v = 0; v < QV; v++)
+                    s[v][i] = _mm512_dpbusd_epi32(s[v][i], wv[v], xv);
+            }
+        }
+        for (int i = 0; i < QNX; i++) {
+            __m512 d = _mm512_set1_ps(xd[g * QNX + i]), e = _mm512_set1_ps(xb[g * QNX + i]);
+            for (int v = 0; v < QV; v++) {
+                __m512 sd = _mm512_mul_ps(_mm512_loadu_ps(ws + g * QMR + 16 * v), d);
+                acc[v][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[v][i]), sd, acc[v][i]);
+                acc[v][i] = _mm512_fmadd_ps(_mm512_loadu_ps(wb + g * QMR + 16 * v), e, acc[v][i]);
+            }
+        }
+    }
+    for (int i = 0; i < QNX; i++) /* constant indices: acc stays in registers */
+        for (int v = 0; v < QV && i < nx; v++)
+            _mm512_mask_storeu_ps(out + (size_t)i * ldo + 16 * v, m[v], acc[v][i]);
+}
+
+static void qgemm_avx512(const lmx_cpu_weight *w, int r0, const lmx_cpu_xpanels *x, int n, float *out, int ldo,
+                         void *scratch)
+{
+    int K = w->cols, ng = K / w->group, mr = w->rows - r0 < QMR ? w->rows - r0 : QMR;
+    uint8_t *wq = scratch;
+    float *ws = (float *)(wq + (size_t)QMR * K), *wb = ws + (size_t)QMR * ng;
+    __mmask16 m[QV];
+    for (int v = 0; v < QV; v++) {
+        int left = mr - 16 * v;
+        m[v] = left >= 16 ? 0xffff : left > 0 ? tail_mask(left) : 0;
+    }
+    qgemm_pack(w, r0, mr, wq, ws, wb);
+    for (int p = 0; p * QNX < n; p++) {
+        size_t o = (size_t)p * QNX;
+        qgemm_block(wq, ws, wb, K, w->group, x->q + o * K / 4, x->d + o * ng, x->b + o * ng, out + o * ldo, ldo, m,
+                    n - p * QNX < QNX ? n - p * QNX : QNX);
+    }
+}
+
 /* a . b and y += a * x, over float32 or (the KV cache) float16 b and x */
 #define DOT_AXPY(SUFFIX, T, LD, LDT)                                                               \
     static float dot_##SUFFIX(const float *a, const T *b, int n)                                   \
@@ -479,7 +611,9 @@ ATTN_NV(f16_avx512, uint16_t, ld_f16, gen_f16)
     .attn_scores_f16 = attn_scores_f16_avx512, .attn_accum_f16 = attn_accum_f16_avx512, \
     .gated_act = gen_gated_act, .softmax_exp = gen_softmax_exp, .dot = dot_avx512, .axpy = axpy_avx512, .scale = scale_avx512
 
-static const lmx_cpu_kernels avx512 = {.path = LMX_CPU_AVX512, AVX512_TABLE};
+/* qgemm on this path only: the amx path's prefill stays as it was */
+static const lmx_cpu_kernels avx512 = {
+    .path = LMX_CPU_AVX512, AVX512_TABLE, .qgemm_mr = QMR, .qgemm_nx = QNX, .qgemm = qgemm_avx512};
 /* the same, with bf16 prefill on AMX tiles */
 static const lmx_cpu_kernels amx = {
     .path = LMX_CPU_AMX, AVX512_TABLE, .amx_pack_x = lmx_amx_pack_x, .amx_split = lmx_amx_split,

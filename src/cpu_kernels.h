@@ -37,6 +37,17 @@ typedef struct lmx_cpu_x {
     const int32_t *xqsum; /* q8/q4: n x (cols / group) sums of xq over each group */
 } lmx_cpu_x;
 
+/* x for the integer GEMM tile (qgemm): rows quantized as lmx_cpu_x, in
+ * natural order, gathered in panels of qgemm_nx rows (rows past n zero),
+ * panel p at q + p * K / 4 * nx, d and b + p * (K / group) * nx:
+ * q[j * nx + i] = xq bytes 4j .. 4j + 3 of the panel's row i as one int32
+ * (one broadcast feeds a vpdpbusd), d[g * nx + i] = its step in group g,
+ * b[g * nx + i] = step * xqsum (the bias term's factor). */
+typedef struct lmx_cpu_xpanels {
+    const int32_t *q;
+    const float *d, *b;
+} lmx_cpu_xpanels;
+
 typedef struct lmx_cpu_kernels {
     lmx_cpu_path path;
     int q4_chunk; /* see lmx_cpu_x.xq; 2 = natural order; at most 128 */
@@ -57,6 +68,13 @@ typedef struct lmx_cpu_kernels {
      * (xt[k * ldx + i]); writes out[i * ldo + r] for r < mr, i < nx. */
     int tile_mr, tile_nx;
     void (*tile)(const float *wt, int ldw, int mr, int K, const float *xt, int ldx, int nx, float *out, int ldo);
+    /* The integer GEMM tile of q8/q4 weights (NULL where the path has
+     * none): weight rows r0 .. r0 + qgemm_mr (fewer at the end) against n
+     * rows of x in panels; writes out[i * ldo + r - r0]. scratch: 64-byte
+     * aligned, qgemm_mr * (K + 8 * K / 32) bytes, the rows repacked once. */
+    int qgemm_mr, qgemm_nx;
+    void (*qgemm)(const lmx_cpu_weight *w, int r0, const lmx_cpu_xpanels *x, int n, float *out, int ldo,
+                  void *scratch);
     /* Attention over a block of nb keys/values at rows k + b * stride:
      * s[b] = q . k_b, and acc[0, hd) += sum_b p[b] * v_b. */
     void (*attn_scores)(const float *q, const float *k, size_t stride, int nb, int hd, float *s);

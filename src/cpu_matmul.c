@@ -20,7 +20,8 @@ struct lmx_cpu_mm {
     int8_t *xq;           /* MV_ROWS rows of x quantized (lmx_cpu_x) */
     float *xd;            /* MV_ROWS rows of per-group steps and sums */
     int32_t *xqsum;
-    float **wt;           /* per thread: tile_mr decoded weight rows (AMX: amx_gemm_task) */
+    float **wt;           /* per thread, 64-byte aligned: tile_mr decoded weight rows (AMX:
+                           * amx_gemm_task; qgemm: its scratch, and a row of x in qpack_task) */
     float *xt;            /* x packed k-major for the tiles; grows */
     size_t xt_cap;
 };
@@ -56,6 +57,17 @@ void lmx_cpu_mm_free(lmx_cpu_mm *mm)
     free(mm);
 }
 
+/* Floats of each thread's wt for weights of cols columns. */
+static size_t wt_floats(const lmx_cpu_kernels *k, int cols)
+{
+    size_t c = (size_t)cols;
+    if (k->amx_gemm) /* a decoded row, then 32 rows of bf16 hi and lo parts */
+        return c * 33;
+    size_t tile = (size_t)k->tile_mr * (size_t)wt_stride(cols);
+    size_t q = (size_t)k->qgemm_mr * (c + 8 * (c / MIN_GROUP + 1)) / sizeof(float) + 1; /* lmx_cpu_kernels.qgemm */
+    return tile > q ? tile : q;
+}
+
 int lmx_cpu_mm_reserve(lmx_cpu_mm *mm, int cols)
 {
     if (cols <= mm->cols)
@@ -72,12 +84,12 @@ int lmx_cpu_mm_reserve(lmx_cpu_mm *mm, int cols)
     mm->xq = xq;
     mm->xd = xd;
     mm->xqsum = xqsum;
-    /* AMX: a decoded row, then 32 rows of bf16 hi and lo parts */
-    size_t wt = mm->k->amx_gemm ? (size_t)cols * 33 : (size_t)mm->k->tile_mr * (size_t)wt_stride(cols);
+    size_t bytes = (wt_floats(mm->k, cols) * sizeof(float) + 63) / 64 * 64;
     for (int t = 0; t < lmx_pool_threads(mm->pool); t++) {
-        float *w = calloc(wt, sizeof(float));
+        float *w = aligned_alloc(64, bytes);
         if (!w)
             return -1; /* the smaller buffers stay valid for the old cols */
+        memset(w, 0, bytes);
         free(mm->wt[t]);
         mm->wt[t] = w;
     }
@@ -222,11 +234,65 @@ static void amx_gemm_task(void *ctx, int task, int worker)
     k->amx_gemm(w, wlo, K, hi, lo, j->n, j->out + r0, j->w->rows);
 }
 
+/* Integer GEMM tiles (q8/q4 where the path has qgemm) -------------------- */
+
+/* The panels' arrays (lmx_cpu_xpanels) in xt, for ldx rows of x. */
+static void qpanel_arrays(const mm_job *j, int32_t **q, float **d, float **b)
+{
+    int K = j->w->cols, ng = K / j->w->group;
+    *q = (int32_t *)j->mm->xt;
+    *d = (float *)(*q + (size_t)j->ldx * K / 4);
+    *b = *d + (size_t)j->ldx * ng;
+}
+
+static size_t qpanel_floats(const lmx_cpu_weight *w, int ldx)
+{
+    return (size_t)ldx * (size_t)(w->cols / 4 + 2 * (w->cols / w->group));
+}
+
+/* One panel of x rows quantized (as decode's, in natural order) and
+ * scattered into the panels, a row at a time through the worker's wt. */
+static void qpack_task(void *ctx, int task, int worker)
+{
+    const mm_job *j = ctx;
+    const lmx_cpu_kernels *k = j->mm->k;
+    int K = j->w->cols, G = j->w->group, ng = K / G, NX = k->qgemm_nx;
+    int32_t *q;
+    float *d, *b;
+    qpanel_arrays(j, &q, &d, &b);
+    q += (size_t)task * NX * K / 4, d += (size_t)task * NX * ng, b += (size_t)task * NX * ng;
+    int8_t *xq = (int8_t *)j->mm->wt[worker];
+    float *xd = (float *)(xq + K);
+    int32_t *xqsum = (int32_t *)(xd + ng);
+    for (int i = 0; i < NX; i++) {
+        int r = task * NX + i;
+        if (r < j->n)
+            k->quant_x(j->x + (size_t)r * K, K, G, 0, xq, xd, xqsum);
+        else /* padding: zero rows add nothing */
+            memset(xq, 0, (size_t)K + (size_t)ng * (sizeof *xd + sizeof *xqsum));
+        for (int c = 0; c < K / 4; c++)
+            memcpy(q + (size_t)c * NX + i, xq + 4 * c, 4);
+        for (int g = 0; g < ng; g++)
+            d[g * NX + i] = xd[g], b[g * NX + i] = xd[g] * (float)xqsum[g];
+    }
+}
+
+static void qgemm_task(void *ctx, int task, int worker)
+{
+    const mm_job *j = ctx;
+    int32_t *q;
+    float *d, *b;
+    qpanel_arrays(j, &q, &d, &b);
+    lmx_cpu_xpanels xp = {q, d, b};
+    int r0 = task * j->mm->k->qgemm_mr;
+    j->mm->k->qgemm(j->w, r0, &xp, j->n, j->out + r0, j->w->rows, j->mm->wt[worker]);
+}
+
 static int ensure_xt(lmx_cpu_mm *mm, size_t need)
 {
     if (need <= mm->xt_cap)
         return 0;
-    float *p = malloc(need * sizeof(float));
+    float *p = aligned_alloc(64, (need * sizeof(float) + 63) / 64 * 64);
     if (!p)
         return -1;
     free(mm->xt);
@@ -238,19 +304,27 @@ static int ensure_xt(lmx_cpu_mm *mm, size_t need)
 void lmx_cpu_mm_run(lmx_cpu_mm *mm, float *out, const float *x, int n, const lmx_cpu_weight *w)
 {
     pthread_mutex_lock(&mm->lock);
-    int ldx = (n + mm->k->tile_nx - 1) / mm->k->tile_nx * mm->k->tile_nx;
-    int amx = mm->k->amx_gemm && w->rows % 32 == 0 && w->cols % 32 == 0;
-    if (amx) /* hi and lo, uint16 each, in the room of one float per element */
-        ldx = (n + 31) / 32 * 32;
-    /* q4 without AMX: the integer matvec kernels on x rounded to 8 bits
-     * (as decode), MV_ROWS rows a pass, beat decoding q4 weights to float32
-     * tiles; q8's decode is cheaper and its tiles win (docs/quantization.md) */
-    if (n <= MV_ROWS || (w->kind == LMX_WK_Q4 && !amx) || ensure_xt(mm, (size_t)ldx * (size_t)w->cols)) {
+    const lmx_cpu_kernels *k = mm->k;
+    int amx = k->amx_gemm && w->rows % 32 == 0 && w->cols % 32 == 0;
+    int qgemm = k->qgemm && w->kind == LMX_WK_Q4;
+    int nx = amx ? 32 : qgemm ? k->qgemm_nx : k->tile_nx;
+    int ldx = (n + nx - 1) / nx * nx;
+    /* AMX: hi and lo, uint16 each, in the room of one float per element */
+    size_t need = qgemm ? qpanel_floats(w, ldx) : (size_t)ldx * (size_t)w->cols;
+    /* q4 without AMX or qgemm: the integer matvec kernels on x rounded to
+     * 8 bits (as decode), MV_ROWS rows a pass, beat decoding q4 weights to
+     * float32 tiles; q8's decode is cheaper and its tiles win there
+     * (docs/quantization.md) */
+    if (n <= MV_ROWS || (w->kind == LMX_WK_Q4 && !amx && !qgemm) || ensure_xt(mm, need)) {
         run_matvec(mm, out, x, n, w); /* also the fallback when memory is short */
     } else if (amx) {
         mm_job j = {mm, w, x, n, ldx, out};
         lmx_pool_run(mm->pool, ldx / 16, amx_pack_task, &j);
         lmx_pool_run(mm->pool, w->rows / 32, amx_gemm_task, &j);
+    } else if (qgemm) {
+        mm_job j = {mm, w, x, n, ldx, out};
+        lmx_pool_run(mm->pool, ldx / nx, qpack_task, &j);
+        lmx_pool_run(mm->pool, (w->rows + k->qgemm_mr - 1) / k->qgemm_mr, qgemm_task, &j);
     } else {
         mm_job j = {mm, w, x, n, ldx, out};
         lmx_pool_run(mm->pool, (w->cols + PACK_COLS - 1) / PACK_COLS, pack_task, &j);
