@@ -107,6 +107,25 @@ static inline void gen_quant_x(const float *x, int K, int G, int C, int8_t *xq, 
     }
 }
 
+/* lmx_cpu_kernels.quant_x_fine: gen_quant_x's xq, then what it rounded
+ * off in steps of 1/128, so that x keeps about 15 bits (q8 prefill on the
+ * integer tile: 8 bits would put x's rounding, as large as q8's own, into
+ * every product; docs/quantization.md). The step's division is exact. */
+static inline void gen_quant_x_fine(const float *x, int K, int G, int8_t *xq, int8_t *xr, float *xd, int32_t *xqsum)
+{
+    gen_quant_x(x, K, G, 0, xq, xd, xqsum);
+    for (int g = 0; g < K / G; g++) {
+        float inv = xd[g] > 0 ? 1.0f / xd[g] : 0;
+        int32_t s = 0;
+        for (int k = g * G; k < (g + 1) * G; k++) {
+            xr[k] = gen_round8((x[k] * inv - (float)xq[k]) * 128.0f);
+            s += xr[k];
+        }
+        xd[g] /= 128.0f;
+        xqsum[g] = 128 * xqsum[g] + s;
+    }
+}
+
 /* e^x for x in [-87, 88] (clamped), within ~2 ulp: x = n ln2 + r, e^r
  * by its Taylor polynomial to r^7 (|r| <= ln2 / 2), 2^n put in the
  * exponent bits. Plain arithmetic, so that the loops calling it vectorise

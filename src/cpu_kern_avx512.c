@@ -378,8 +378,8 @@ static void tile_avx512(const float *wt, int ldw, int mr, int K, const float *xt
  * weights of 16 rows (row r's at bytes 4r .. 4r + 3; q4 widened to bytes),
  * against QNX rows of x at a time, whose 4 bytes at a time are broadcast:
  * per group 2 x QNX int32 sums of vpdpbusd (unsigned weights times signed
- * x, exact), then into float as the matvec does: += step * (scale * sum +
- * bias * xqsum). */
+ * x, exact; q8: 128 * (q . xq) + q . xr, below 2^28), then into float as
+ * the matvec does: += step * (scale * sum + bias * xqsum). */
 enum { QMR = 32, QV = QMR / 16, QNX = 6 };
 
 /* v[c] lane r = v[r] lane c, for 16 vectors of 16 int32. */
@@ -447,11 +447,28 @@ static void qgemm_pack(const lmx_cpu_weight *w, int r0, int mr, uint8_t *wq, flo
         }
 }
 
-/* The repacked rows against one panel of x (lmx_cpu_xpanels): QV x QNX
- * accumulators of each kind in registers over all of K; writes nx rows
- * of out, the rows' lanes masked by m. */
+/* s += the repacked weights' quads j0 .. j1 times one panel's x. */
+static inline __attribute__((always_inline)) void qgemm_dot(__m512i s[QV][QNX], const uint8_t *wq,
+                                                            const int32_t *xq, int j0, int j1)
+{
+    for (int j = j0; j < j1; j++) {
+        __m512i wv[QV];
+        for (int v = 0; v < QV; v++)
+            wv[v] = _mm512_load_si512(wq + ((size_t)j * QV + v) * 64);
+        for (int i = 0; i < QNX; i++) {
+            __m512i xv = _mm512_set1_epi32(xq[(size_t)j * QNX + i]);
+            for (int v = 0; v < QV; v++)
+                s[v][i] = _mm512_dpbusd_epi32(s[v][i], wv[v], xv);
+        }
+    }
+}
+
+/* The repacked rows against one panel of x (lmx_cpu_xpanels; xr NULL or
+ * the panel's lo): QV x QNX accumulators of each kind in registers over
+ * all of K; writes nx rows of out, the rows' lanes masked by m. */
 static void qgemm_block(const uint8_t *wq, const float *ws, const float *wb, int K, int G, const int32_t *xq,
-                        const float *xd, const float *xb, float *out, int ldo, const __mmask16 m[QV], int nx)
+                        const int32_t *xr, const float *xd, const float *xb, float *out, int ldo,
+                        const __mmask16 m[QV], int nx)
 {
     __m512 acc[QV][QNX];
     for (int v = 0; v < QV; v++)
@@ -462,15 +479,12 @@ static void qgemm_block(const uint8_t *wq, const float *ws, const float *wb, int
         for (int v = 0; v < QV; v++)
             for (int i = 0; i < QNX; i++)
                 s[v][i] = _mm512_setzero_si512();
-        for (int j = g * G / 4; j < (g + 1) * G / 4; j++) {
-            __m512i wv[QV];
+        qgemm_dot(s, wq, xq, g * G / 4, (g + 1) * G / 4);
+        if (xr) {
             for (int v = 0; v < QV; v++)
-                wv[v] = _mm512_load_si512(wq + ((size_t)j * QV + v) * 64);
-            for (int i = 0; i < QNX; i++) {
-                __m512i xv = _mm512_set1_epi32(xq[(size_t)j * QNX + i]);
-                for (int v = 0; v < QV; v++)
-                    s[v][i] = _mm512_dpbusd_epi32(s[v][i], wv[v], xv);
-            }
+                for (int i = 0; i < QNX; i++)
+                    s[v][i] = _mm512_slli_epi32(s[v][i], 7);
+            qgemm_dot(s, wq, xr, g * G / 4, (g + 1) * G / 4);
         }
         for (int i = 0; i < QNX; i++) {
             __m512 d = _mm512_set1_ps(xd[g * QNX + i]), e = _mm512_set1_ps(xb[g * QNX + i]);
@@ -500,8 +514,8 @@ static void qgemm_avx512(const lmx_cpu_weight *w, int r0, const lmx_cpu_xpanels 
     qgemm_pack(w, r0, mr, wq, ws, wb);
     for (int p = 0; p * QNX < n; p++) {
         size_t o = (size_t)p * QNX;
-        qgemm_block(wq, ws, wb, K, w->group, x->q + o * K / 4, x->d + o * ng, x->b + o * ng, out + o * ldo, ldo, m,
-                    n - p * QNX < QNX ? n - p * QNX : QNX);
+        qgemm_block(wq, ws, wb, K, w->group, x->q + o * K / 4, x->lo ? x->lo + o * K / 4 : NULL, x->d + o * ng,
+                    x->b + o * ng, out + o * ldo, ldo, m, n - p * QNX < QNX ? n - p * QNX : QNX);
     }
 }
 
@@ -613,7 +627,8 @@ ATTN_NV(f16_avx512, uint16_t, ld_f16, gen_f16)
 
 /* qgemm on this path only: the amx path's prefill stays as it was */
 static const lmx_cpu_kernels avx512 = {
-    .path = LMX_CPU_AVX512, AVX512_TABLE, .qgemm_mr = QMR, .qgemm_nx = QNX, .qgemm = qgemm_avx512};
+    .path = LMX_CPU_AVX512, AVX512_TABLE, .quant_x_fine = gen_quant_x_fine, .qgemm_mr = QMR, .qgemm_nx = QNX,
+    .qgemm = qgemm_avx512};
 /* the same, with bf16 prefill on AMX tiles */
 static const lmx_cpu_kernels amx = {
     .path = LMX_CPU_AMX, AVX512_TABLE, .amx_pack_x = lmx_amx_pack_x, .amx_split = lmx_amx_split,

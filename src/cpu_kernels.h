@@ -37,14 +37,15 @@ typedef struct lmx_cpu_x {
     const int32_t *xqsum; /* q8/q4: n x (cols / group) sums of xq over each group */
 } lmx_cpu_x;
 
-/* x for the integer GEMM tile (qgemm): rows quantized as lmx_cpu_x, in
- * natural order, gathered in panels of qgemm_nx rows (rows past n zero),
- * panel p at q + p * K / 4 * nx, d and b + p * (K / group) * nx:
- * q[j * nx + i] = xq bytes 4j .. 4j + 3 of the panel's row i as one int32
- * (one broadcast feeds a vpdpbusd), d[g * nx + i] = its step in group g,
- * b[g * nx + i] = step * xqsum (the bias term's factor). */
+/* x for the integer GEMM tile (qgemm): rows quantized per weight group
+ * in natural order (q4: quant_x, as decode; q8: quant_x_fine), gathered in
+ * panels of qgemm_nx rows (rows past n zero), panel p at q (and lo) + p *
+ * K / 4 * nx, d and b + p * (K / group) * nx: q[j * nx + i] = xq bytes 4j
+ * .. 4j + 3 of the panel's row i as one int32 (one broadcast feeds a
+ * vpdpbusd), lo the same of xr (NULL for q4), d[g * nx + i] = the step
+ * in group g, b[g * nx + i] = step * xqsum (the bias term's factor). */
 typedef struct lmx_cpu_xpanels {
-    const int32_t *q;
+    const int32_t *q, *lo;
     const float *d, *b;
 } lmx_cpu_xpanels;
 
@@ -59,6 +60,10 @@ typedef struct lmx_cpu_kernels {
      * groups of G: xq[K], and xd, xqsum[K / G] (lmx_cpu_x); with C > 0 (q4),
      * every run of C values of xq stored evens, then odds. */
     void (*quant_x)(const float *x, int K, int G, int C, int8_t *xq, float *xd, int32_t *xqsum);
+    /* qgemm's x for q8 weights, about 15 bits (NULL without qgemm): xq as
+     * quant_x (C = 0) and the residual xr in [-64, 64], x ~ xd[g] * (128 *
+     * xq + xr), xqsum[g] the sum of 128 * xq + xr over the group. */
+    void (*quant_x_fine)(const float *x, int K, int G, int8_t *xq, int8_t *xr, float *xd, int32_t *xqsum);
     /* lmx_quant_rows (quant.h); every path gives the same bytes */
     void (*quant_rows)(const lmx_cpu_weight *src, const lmx_cpu_weight *dst, int r0, int r1);
     /* dst[0, cols) = row r of w as float32. */
@@ -70,8 +75,9 @@ typedef struct lmx_cpu_kernels {
     void (*tile)(const float *wt, int ldw, int mr, int K, const float *xt, int ldx, int nx, float *out, int ldo);
     /* The integer GEMM tile of q8/q4 weights (NULL where the path has
      * none): weight rows r0 .. r0 + qgemm_mr (fewer at the end) against n
-     * rows of x in panels; writes out[i * ldo + r - r0]. scratch: 64-byte
-     * aligned, qgemm_mr * (K + 8 * K / 32) bytes, the rows repacked once. */
+     * rows of x in panels; writes out[i * ldo + r - r0]. With x->lo, sums
+     * 128 * (q . xq) + q . xr. scratch: 64-byte aligned, qgemm_mr * (K + 8 *
+     * K / 32) bytes, the rows repacked once. */
     int qgemm_mr, qgemm_nx;
     void (*qgemm)(const lmx_cpu_weight *w, int r0, const lmx_cpu_xpanels *x, int n, float *out, int ldo,
                   void *scratch);

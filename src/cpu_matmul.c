@@ -64,7 +64,8 @@ static size_t wt_floats(const lmx_cpu_kernels *k, int cols)
     if (k->amx_gemm) /* a decoded row, then 32 rows of bf16 hi and lo parts */
         return c * 33;
     size_t tile = (size_t)k->tile_mr * (size_t)wt_stride(cols);
-    size_t q = (size_t)k->qgemm_mr * (c + 8 * (c / MIN_GROUP + 1)) / sizeof(float) + 1; /* lmx_cpu_kernels.qgemm */
+    /* lmx_cpu_kernels.qgemm; qpack_task's row: xd, xqsum, xq, xr */
+    size_t q = ((size_t)k->qgemm_mr * (c + 8 * (c / MIN_GROUP + 1)) + 2 * c) / sizeof(float) + 1;
     return tile > q ? tile : q;
 }
 
@@ -236,54 +237,72 @@ static void amx_gemm_task(void *ctx, int task, int worker)
 
 /* Integer GEMM tiles (q8/q4 where the path has qgemm) -------------------- */
 
-/* The panels' arrays (lmx_cpu_xpanels) in xt, for ldx rows of x. */
-static void qpanel_arrays(const mm_job *j, int32_t **q, float **d, float **b)
+/* The panels' arrays (lmx_cpu_xpanels) in xt, for ldx rows of x; lo
+ * (x's residual) for q8 only. */
+typedef struct qpanels {
+    int32_t *q, *lo;
+    float *d, *b;
+} qpanels;
+
+static qpanels qpanel_arrays(const mm_job *j)
 {
-    int K = j->w->cols, ng = K / j->w->group;
-    *q = (int32_t *)j->mm->xt;
-    *d = (float *)(*q + (size_t)j->ldx * K / 4);
-    *b = *d + (size_t)j->ldx * ng;
+    size_t K = (size_t)j->w->cols, ng = K / (size_t)j->w->group, ldx = (size_t)j->ldx;
+    qpanels p = {(int32_t *)j->mm->xt, NULL, NULL, NULL};
+    p.d = (float *)(p.q + ldx * K / 4);
+    if (j->w->kind == LMX_WK_Q8)
+        p.lo = (int32_t *)p.d, p.d += ldx * K / 4;
+    p.b = p.d + ldx * ng;
+    return p;
 }
 
 static size_t qpanel_floats(const lmx_cpu_weight *w, int ldx)
 {
-    return (size_t)ldx * (size_t)(w->cols / 4 + 2 * (w->cols / w->group));
+    int quads = w->cols / 4 * (w->kind == LMX_WK_Q8 ? 2 : 1);
+    return (size_t)ldx * (size_t)(quads + 2 * (w->cols / w->group));
 }
 
-/* One panel of x rows quantized (as decode's, in natural order) and
- * scattered into the panels, a row at a time through the worker's wt. */
+/* x's bytes 4c .. 4c + 3 to q[c * NX] (a panel's column of a row). */
+static void scatter_quads(int32_t *q, const int8_t *x, int K, int NX)
+{
+    for (int c = 0; c < K / 4; c++)
+        memcpy(q + (size_t)c * NX, x + 4 * c, 4);
+}
+
+/* One panel of x rows quantized (q4: as decode's, in natural order; q8:
+ * finer, quant_x_fine) and scattered into the panels, a row at a time
+ * through the worker's wt. */
 static void qpack_task(void *ctx, int task, int worker)
 {
     const mm_job *j = ctx;
     const lmx_cpu_kernels *k = j->mm->k;
     int K = j->w->cols, G = j->w->group, ng = K / G, NX = k->qgemm_nx;
-    int32_t *q;
-    float *d, *b;
-    qpanel_arrays(j, &q, &d, &b);
-    q += (size_t)task * NX * K / 4, d += (size_t)task * NX * ng, b += (size_t)task * NX * ng;
-    int8_t *xq = (int8_t *)j->mm->wt[worker];
-    float *xd = (float *)(xq + K);
+    qpanels p = qpanel_arrays(j);
+    size_t qo = (size_t)task * NX * K / 4, go = (size_t)task * NX * ng;
+    float *xd = (float *)j->mm->wt[worker];
     int32_t *xqsum = (int32_t *)(xd + ng);
+    int8_t *xq = (int8_t *)(xqsum + ng), *xr = xq + K;
     for (int i = 0; i < NX; i++) {
         int r = task * NX + i;
-        if (r < j->n)
-            k->quant_x(j->x + (size_t)r * K, K, G, 0, xq, xd, xqsum);
-        else /* padding: zero rows add nothing */
-            memset(xq, 0, (size_t)K + (size_t)ng * (sizeof *xd + sizeof *xqsum));
-        for (int c = 0; c < K / 4; c++)
-            memcpy(q + (size_t)c * NX + i, xq + 4 * c, 4);
+        const float *x = j->x + (size_t)r * K;
+        if (r >= j->n) /* padding: zero rows add nothing */
+            memset(xd, 0, (size_t)ng * (sizeof *xd + sizeof *xqsum) + 2 * (size_t)K);
+        else if (p.lo)
+            k->quant_x_fine(x, K, G, xq, xr, xd, xqsum);
+        else
+            k->quant_x(x, K, G, 0, xq, xd, xqsum);
+        scatter_quads(p.q + qo + i, xq, K, NX);
+        if (p.lo)
+            scatter_quads(p.lo + qo + i, xr, K, NX);
         for (int g = 0; g < ng; g++)
-            d[g * NX + i] = xd[g], b[g * NX + i] = xd[g] * (float)xqsum[g];
+            p.d[go + g * NX + i] = xd[g], p.b[go + g * NX + i] = xd[g] * (float)xqsum[g];
     }
 }
 
 static void qgemm_task(void *ctx, int task, int worker)
 {
     const mm_job *j = ctx;
-    int32_t *q;
-    float *d, *b;
-    qpanel_arrays(j, &q, &d, &b);
-    lmx_cpu_xpanels xp = {q, d, b};
+    qpanels p = qpanel_arrays(j);
+    lmx_cpu_xpanels xp = {p.q, p.lo, p.d, p.b};
     int r0 = task * j->mm->k->qgemm_mr;
     j->mm->k->qgemm(j->w, r0, &xp, j->n, j->out + r0, j->w->rows, j->mm->wt[worker]);
 }
@@ -306,7 +325,7 @@ void lmx_cpu_mm_run(lmx_cpu_mm *mm, float *out, const float *x, int n, const lmx
     pthread_mutex_lock(&mm->lock);
     const lmx_cpu_kernels *k = mm->k;
     int amx = k->amx_gemm && w->rows % 32 == 0 && w->cols % 32 == 0;
-    int qgemm = k->qgemm && w->kind == LMX_WK_Q4;
+    int qgemm = k->qgemm && (w->kind == LMX_WK_Q8 || w->kind == LMX_WK_Q4);
     int nx = amx ? 32 : qgemm ? k->qgemm_nx : k->tile_nx;
     int ldx = (n + nx - 1) / nx * nx;
     /* AMX: hi and lo, uint16 each, in the room of one float per element */

@@ -164,8 +164,10 @@ static void check_kernels(const lmx_cpu_kernels *k, const lmx_cpu_kernels *ref, 
                     wd[(size_t)r * K + c] = lmx_bf16_to_f32(lmx_f32_to_bf16(wd[(size_t)r * K + c]));
             }
             lmx_cpu_weight wr = {LMX_WK_F32, N, K, wd, NULL, NULL, 0};
-            /* qgemm rounds x to 8 bits as the matvec does: the same integer
-             * dot products, so only float32 rounding differs */
+            /* qgemm rounds x to 8 bits for q4 as the matvec does: the same
+             * integer dot products, so only float32 rounding differs. For q8
+             * it keeps ~15 bits of x: against float32 x, x's rounding (at
+             * most 1/256 of a step of 1/127) adds ~1e-4 at K = 1024 */
             int qgemm = k->qgemm && kind == LMX_WK_Q4;
             for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
                 int n = ns[ni];
@@ -180,7 +182,8 @@ static void check_kernels(const lmx_cpu_kernels *k, const lmx_cpu_kernels *ref, 
                 /* |w| <= 0.5, |x| <= 1: sums of K terms, float32 rounding;
                  * qgemm's differ only in the order of the K / G group terms
                  * (seen: <= 1e-6), far inside 1e-6 * K, while x in float32
-                 * would be off by ~x's rounding (0.02-0.08 here) */
+                 * would be off by ~x's rounding (0.02-0.08 here; q8 with
+                 * x rounded to 8 bits too) */
                 float bound = (qgemm ? 1e-6f : 1e-5f) * K;
                 CHECK(worst <= bound, "%s matmul %s K %d n %d: max diff %g", lmx_cpu_path_name(k->path),
                       kind_names[kind], K, n, worst);
