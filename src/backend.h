@@ -79,9 +79,11 @@ typedef struct lmx_backend_ops {
                       const lmx_tensor *w_gate, const lmx_tensor *w_up, int n_rows, lmx_activation act);
     /* A residual connection and the next norm: y = rmsnorm(y, post) when
      * post is given (else y as is), x += y, h = rmsnorm(x, next). y is
-     * scratch afterwards. */
+     * scratch afterwards. for_products: only products (matmul,
+     * matmul_multi, gated_mlp) read this h, so a backend may keep it in
+     * just the precision its products take (CUDA prefill: bf16). */
     void (*residual_norm)(lmx_backend *be, lmx_tensor *x, lmx_tensor *h, lmx_tensor *y, const lmx_tensor *post,
-                          const lmx_tensor *next, int n_rows, float eps, int plus_one);
+                          const lmx_tensor *next, int n_rows, float eps, int plus_one, int for_products);
     /* x = cap * tanh(x / cap) */
     void (*softcap)(lmx_backend *be, lmx_tensor *x, int n_rows, float cap);
     /* dst rows [dst_row, +n) = src rows [src_row, +n) (same cols) */

@@ -347,7 +347,7 @@ static void cpu_gated_mlp(lmx_backend *be, lmx_tensor *gate, lmx_tensor *up, con
 
 static void cpu_residual_norm(lmx_backend *be, lmx_tensor *x, lmx_tensor *h, lmx_tensor *y,
                               const lmx_tensor *post, const lmx_tensor *next, int n_rows, float eps,
-                              int plus_one)
+                              int plus_one, int for_products)
 {
     if (post)
         cpu_rmsnorm(be, y, y, post, n_rows, eps, plus_one);

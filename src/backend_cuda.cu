@@ -43,8 +43,11 @@ struct lmx_tensor {
     /* An activation whose float32 values were not written: it exists as
      * the bf16 copy of the products' input (xbf) only, until an op needs
      * the floats (need_f32) or the copy is replaced (then reading it is an
-     * error). Set by the gated activation of a lean prefill (matmuls). */
+     * error). Set by prefill ops whose output only products read: the
+     * gated activation (matmuls), residual_norm (for_products), flash
+     * attention (f32_unless_copy). */
     mutable bool f32_stale;
+    bool float_matrix; /* a weight matrix neither bf16 nor q8/q4 (cuda_backend.float_matrices) */
 };
 
 namespace {
@@ -152,6 +155,10 @@ struct cuda_backend {
     int n_ropes;
     pending_qk qk;
     bool qk_pending;
+    /* weight matrices held that are neither bf16 nor q8/q4: while there
+     * are any, some products read float32 activations, so prefill keeps
+     * every output in float32 */
+    int float_matrices;
 };
 
 cuda_backend *cu(lmx_backend *be) { return (cuda_backend *)be; }
@@ -354,6 +361,9 @@ void *quantize_host(cuda_backend *b, const char *src, lmx_dtype dt, int rows, in
     return q;
 }
 
+/* Weights whose prefill products run on the tensor cores from xbf. */
+bool takes_bf16(const lmx_tensor *w) { return w->bits || w->dtype == LMX_DT_BF16; }
+
 /* Weight matrices of at least two rows whose rows split into groups are
  * quantized when the backend quantizes (as on the CPU); the rest upload as
  * stored. */
@@ -369,7 +379,7 @@ lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice
         lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    *w = lmx_tensor{s.rows, s.cols, t->dtype, NULL, 0, 0, NULL, false};
+    *w = lmx_tensor{s.rows, s.cols, t->dtype, NULL, 0, 0, NULL, false, false};
     size_t es = lmx_dtype_size(t->dtype), row = (size_t)s.cols * es, bytes = row * (size_t)s.rows;
     const char *src = (const char *)t->data + ((size_t)s.row0 * cols + s.col0) * es;
     int group = b->quant && t->ndim >= 2 && s.rows >= 2 ? lmx_quant_group(s.cols) : 0;
@@ -398,6 +408,8 @@ lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice
                  cudaGetErrorString(e));
         return NULL;
     }
+    w->float_matrix = s.rows >= 2 && !takes_bf16(w);
+    b->float_matrices += w->float_matrix;
     return w;
 }
 
@@ -458,6 +470,7 @@ void cuda_free(lmx_backend *be, lmx_tensor *t)
     flush_qk(cu(be));
     drop_graphs(cu(be));
     wrote(cu(be), t); /* a later tensor may get its address */
+    cu(be)->float_matrices -= t->float_matrix;
     pthread_mutex_unlock(&cu(be)->lock);
     cudaSetDevice(cu(be)->device);
     cudaFree(t->data);
@@ -504,6 +517,17 @@ __nv_bfloat16 *bf16_copy(cuda_backend *b, const lmx_tensor *t, int n_rows)
     b->xbf_of = t;
     b->xbf_rows = n_rows;
     return b->xbf;
+}
+
+/* Where a prefill op writes t's floats: nowhere when it writes the bf16
+ * copy ob that the tensor-core products read (t is then stale: need_f32
+ * restores the floats from the copy for an op that wants them). */
+float *f32_unless_copy(cuda_backend *b, lmx_tensor *t, const __nv_bfloat16 *ob)
+{
+    if (!ob || b->float_matrices)
+        return f32(t);
+    t->f32_stale = true;
+    return NULL;
 }
 
 /* t's float32 values for an op that reads them: a stale tensor (see
@@ -729,9 +753,6 @@ void batched_bf16(cuda_backend *b, int n, void *const *dst, cudaDataType ct, con
                                 CUBLAS_GEMM_DEFAULT),
             "batched gemm bf16");
 }
-
-/* Weights whose prefill products run on the tensor cores from xbf. */
-bool takes_bf16(const lmx_tensor *w) { return w->bits || w->dtype == LMX_DT_BF16; }
 
 /* outs[i] = x * ws[i]^T; gated (n = 2): outs[0] = act(x * ws[0]^T) * (x * ws[1]^T),
  * outs[1] scratch. A gated prefill on the tensor cores is lean: the
@@ -1033,8 +1054,8 @@ void flash_attention(cuda_backend *b, lmx_tensor *out, const lmx_tensor *q, cons
     constexpr int Q = fa_shape<HD>::Q;
     dim3 grid(p->n_heads, (p->n_rows + Q - 1) / Q);
     bf16 *ob = bf16_copy(b, out, p->n_rows); /* for the o projection */
-    launch(b, k_attn_fa<HD>, grid, fa_shape<HD>::WARPS * 32, fa_shm<HD>(), f32(out), ob, f32(q), kc, vc, slots,
-           p->n_heads, p->n_kv_heads, p->window, p->scale, p->softcap, dpos, p->pos0, p->n_rows);
+    launch(b, k_attn_fa<HD>, grid, fa_shape<HD>::WARPS * 32, fa_shm<HD>(), f32_unless_copy(b, out, ob), ob, f32(q), kc,
+           vc, slots, p->n_heads, p->n_kv_heads, p->window, p->scale, p->softcap, dpos, p->pos0, p->n_rows);
     launched(b, "attention (flash)");
 }
 
@@ -1080,7 +1101,7 @@ void cuda_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const
 }
 
 void cuda_residual_norm(lmx_backend *be, lmx_tensor *x, lmx_tensor *h, lmx_tensor *y, const lmx_tensor *post,
-                        const lmx_tensor *next, int n_rows, float eps, int plus_one)
+                        const lmx_tensor *next, int n_rows, float eps, int plus_one, int for_products)
 {
     cuda_backend *b = cu(be);
     bool skip = skip_op(b, OP_RESIDUAL, x, h, y, n_rows, plus_one);
@@ -1100,7 +1121,8 @@ void cuda_residual_norm(lmx_backend *be, lmx_tensor *x, lmx_tensor *h, lmx_tenso
         return;
     __nv_bfloat16 *hb = bf16_copy(b, h, n_rows);
     xquant q = quant_copy(b, h, n_rows, 1);
-    launch(b, V == 2 ? k_residual_norm<2> : k_residual_norm<8>, (unsigned)n_rows, threads, 0, f32(x), f32(h), hb,
+    float *hf = for_products ? f32_unless_copy(b, h, hb) : f32(h);
+    launch(b, V == 2 ? k_residual_norm<2> : k_residual_norm<8>, (unsigned)n_rows, threads, 0, f32(x), hf, hb,
            f32(y), post ? post->data : NULL, post ? (int)post->dtype : 0, next->data, (int)next->dtype, dim, eps,
            plus_one, q);
     launched(b, "residual_norm");

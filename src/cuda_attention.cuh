@@ -550,7 +550,8 @@ template <int HD> size_t fa_shm() { return (size_t)(fa_shape<HD>::Q + 4 * fa_sha
  * queries. K/V tiles stream into shared memory by asynchronous copies, the
  * next tile in flight while the current one is computed (attn_tile: Q, K,
  * P, V in bf16, float32 accumulation). Warps whose queries see none of a
- * tile's keys (causal, window) skip it. The output also in bf16 with ob. */
+ * tile's keys (causal, window) skip it. The output in float32 (out) and/or
+ * bf16 (ob). */
 template <int HD>
 __global__ void __launch_bounds__(fa_shape<HD>::WARPS * 32, 2)
     k_attn_fa(float *out, bf16 *ob, const float *q, const bf16 *kc, const bf16 *vc, int slots, int H, int KVH,
@@ -616,7 +617,8 @@ __global__ void __launch_bounds__(fa_shape<HD>::WARPS * 32, 2)
 #pragma unroll
             for (int d = 0; d < HD / 8; d++) {
                 float2 v = make_float2(a[m].o[d][2 * r] * l, a[m].o[d][2 * r + 1] * l);
-                *(float2 *)(out + at + d * 8) = v;
+                if (out)
+                    *(float2 *)(out + at + d * 8) = v;
                 if (ob)
                     *(unsigned *)(ob + at + d * 8) = pack_bf16(v.x, v.y);
             }

@@ -85,7 +85,8 @@ __device__ __forceinline__ void norm_store(const float4 (&v)[V], const float4 (&
     for (int i = 0; i < V; i++) {
         int e = chunk_at(i);
         float4 h = scale4(v[i], r, w[i]);
-        store4(out + (size_t)row * dim, e, dim, h);
+        if (out)
+            store4(out + (size_t)row * dim, e, dim, h);
         if (q.xq)
             quant4(q, h, row, e, dim, e < dim);
         if (ob)

@@ -512,14 +512,15 @@ static lmx_status forward_rank(const lmx_model *m, const lmx_rank *rk, lmx_rank_
         ops->matmul(be, rs->o, rs->att, L->wo, n);
         if (split)
             ops->all_reduce(be, rs->o, n);
-        ops->residual_norm(be, rs->x, rs->h, rs->o, L->post_attn_norm, L->ffn_norm, n, eps, p1);
+        ops->residual_norm(be, rs->x, rs->h, rs->o, L->post_attn_norm, L->ffn_norm, n, eps, p1, 1);
 
         ops->gated_mlp(be, rs->gate, rs->up, rs->h, L->w_gate, L->w_up, n, c->act);
         ops->matmul(be, rs->o, rs->gate, L->w_down, n);
         if (split)
             ops->all_reduce(be, rs->o, n);
-        const lmx_tensor *next = i + 1 < c->n_layers ? rk->layers[i + 1].attn_norm : rk->final_norm;
-        ops->residual_norm(be, rs->x, rs->h, rs->o, L->post_ffn_norm, next, n, eps, p1);
+        int last = i + 1 == c->n_layers; /* then h goes to the output head, row by row */
+        const lmx_tensor *next = last ? rk->final_norm : rk->layers[i + 1].attn_norm;
+        ops->residual_norm(be, rs->x, rs->h, rs->o, L->post_ffn_norm, next, n, eps, p1, !last);
     }
     /* h = final_norm(x) */
     if (logits) {
