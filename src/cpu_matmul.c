@@ -283,13 +283,12 @@ static void qpack_task(void *ctx, int task, int worker)
     int8_t *xq = (int8_t *)(xqsum + ng), *xr = xq + K;
     for (int i = 0; i < NX; i++) {
         int r = task * NX + i;
-        const float *x = j->x + (size_t)r * K;
         if (r >= j->n) /* padding: zero rows add nothing */
             memset(xd, 0, (size_t)ng * (sizeof *xd + sizeof *xqsum) + 2 * (size_t)K);
         else if (p.lo)
-            k->quant_x_fine(x, K, G, xq, xr, xd, xqsum);
+            k->quant_x_fine(j->x + (size_t)r * K, K, G, xq, xr, xd, xqsum);
         else
-            k->quant_x(x, K, G, 0, xq, xd, xqsum);
+            k->quant_x(j->x + (size_t)r * K, K, G, 0, xq, xd, xqsum);
         scatter_quads(p.q + qo + i, xq, K, NX);
         if (p.lo)
             scatter_quads(p.lo + qo + i, xr, K, NX);
