@@ -47,6 +47,11 @@ struct lmx_tensor {
      * gated activation (matmuls), residual_norm (for_products), flash
      * attention (f32_unless_copy). */
     mutable bool f32_stale;
+    /* > 0: the first bf16_rows rows are held in bf16, packed at data (a
+     * prefill's q, k and v as their products wrote them, read so by
+     * qk_prepare and flash attention); any other reader widens them in
+     * place first (need_f32). */
+    mutable int bf16_rows;
     bool float_matrix; /* a weight matrix neither bf16 nor q8/q4 (cuda_backend.float_matrices) */
 };
 
@@ -89,6 +94,7 @@ struct pending_qk {
     const float *inv; /* RoPE's inverse frequencies on the device */
     int n_rows, head_dim, pos0, plus_one;
     float eps;
+    bool packed; /* q, k and v in bf16 (bf16_rows), q written back so */
 };
 
 struct cuda_backend {
@@ -126,7 +132,7 @@ struct cuda_backend {
     void (*quant_rows)(const lmx_cpu_weight *src, const lmx_cpu_weight *dst, int r0, int r1);
 
     /* scratch, grown outside graph capture only */
-    __nv_bfloat16 *xbf, *wbf; /* prefill: x in bf16; q8/q4 weights dequantized */
+    __nv_bfloat16 *xbf, *wbf; /* prefill: x in bf16; q8/q4 weights dequantized, or bf16 rows to widen */
     size_t xbf_cap, wbf_cap;
     const lmx_tensor *xbf_of; /* the activation whose first xbf_rows rows xbf holds; NULL: none */
     int xbf_rows;
@@ -379,7 +385,7 @@ lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice
         lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    *w = lmx_tensor{s.rows, s.cols, t->dtype, NULL, 0, 0, NULL, false, false};
+    *w = lmx_tensor{s.rows, s.cols, t->dtype, NULL, 0, 0, NULL, false, 0, false};
     size_t es = lmx_dtype_size(t->dtype), row = (size_t)s.cols * es, bytes = row * (size_t)s.rows;
     const char *src = (const char *)t->data + ((size_t)s.row0 * cols + s.col0) * es;
     int group = b->quant && t->ndim >= 2 && s.rows >= 2 ? lmx_quant_group(s.cols) : 0;
@@ -456,6 +462,7 @@ lmx_tensor *cuda_alloc_cache(lmx_backend *be, int rows, int cols, lmx_error *err
 void wrote(cuda_backend *b, lmx_tensor *t)
 {
     t->f32_stale = false;
+    t->bf16_rows = 0;
     if (t == b->hq_of)
         b->hq_of = NULL;
     if (t == b->xbf_of)
@@ -535,6 +542,16 @@ float *f32_unless_copy(cuda_backend *b, lmx_tensor *t, const __nv_bfloat16 *ob)
  * that copy is gone. */
 bool need_f32(cuda_backend *b, const lmx_tensor *t)
 {
+    if (t->bf16_rows) { /* widened in place through a copy of the bf16 */
+        size_t n = (size_t)t->bf16_rows * t->cols;
+        if (!grow(b, &b->wbf, &b->wbf_cap, n, "bf16 widening"))
+            return false;
+        ok(b, cudaMemcpyAsync(b->wbf, t->data, n * 2, cudaMemcpyDeviceToDevice, b->stream), "bf16 widening");
+        launch(b, k_from_bf16, blocks_for(n / 4 + 1, 256), 256, 0, (float *)t->data, (const __nv_bfloat16 *)b->wbf,
+               n);
+        launched(b, "from bf16");
+        t->bf16_rows = 0;
+    }
     if (!t->f32_stale)
         return true;
     if (b->xbf_of != t) {
@@ -759,7 +776,10 @@ void batched_bf16(cuda_backend *b, int n, void *const *dst, cudaDataType ct, con
  * products write gate and up in bf16 into up's memory (half the bytes of
  * float32, and twice fit there), and the activation writes only the bf16
  * copy the down product reads (outs[0] stale: lmx_tensor); on Qwen3-0.6B
- * that took the activation's traffic from 7 to 3 bytes an element. */
+ * that took the activation's traffic from 7 to 3 bytes an element.
+ * Several products of one input (q, k and v) are packed likewise: written
+ * in bf16 into their own tensors (bf16_rows), which qk_prepare and flash
+ * attention read as they are. */
 void matmuls(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *x, const lmx_tensor *const *ws,
              int n_rows, bool gated, int gelu)
 {
@@ -789,9 +809,11 @@ void matmuls(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *
     }
     if (!blas_ok(b, cublasSetStream(b->blas, b->stream), "set stream"))
         return;
-    bool lean = gated && all_bf16;
-    cudaDataType ct = lean ? CUDA_R_16BF : CUDA_R_32F;
-    size_t es = lean ? 2 : 4;
+    /* lean: gate and up in bf16 in up's memory; packed: products of one
+     * input (q, k and v) in bf16, each in its own tensor (bf16_rows) */
+    bool lean = gated && all_bf16, packed = !gated && n > 1 && all_bf16;
+    cudaDataType ct = lean || packed ? CUDA_R_16BF : CUDA_R_32F;
+    size_t es = lean || packed ? 2 : 4;
     void *dst[LMX_MAX_MULTI];
     for (int i = 0; i < n; i++)
         dst[i] = lean ? (char *)outs[1]->data + i * (size_t)n_rows * ws[0]->rows * es : outs[i]->data;
@@ -850,6 +872,8 @@ void matmuls(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *
                     "gemm bf16");
         }
     }
+    for (int i = 0; packed && i < n; i++)
+        outs[i]->bf16_rows = n_rows;
     if (!gated)
         return;
     size_t ne = (size_t)n_rows * ws[0]->rows;
@@ -939,12 +963,18 @@ void launch_qk(cuda_backend *b, const pending_qk &a)
     int hd = a.head_dim;
     dim3 grid((unsigned)((a.q->cols / hd + a.k->cols / hd + QK_WARPS - 1) / QK_WARPS),
               (unsigned)((a.n_rows + QK_ROWS - 1) / QK_ROWS));
-    void (*kern)(float *, const float *, const float *, const void *, int, const void *, int, bf16 *, bf16 *,
-                 const float *, int, int, int, int, const int *, int, int, float, int) =
-        hd <= 64 ? k_qk_prepare<1> : hd <= 128 ? k_qk_prepare<2> : k_qk_prepare<4>;
-    launch(b, kern, grid, QK_WARPS * 32, 0, f32(a.q), f32(a.k), f32(a.v), a.q_norm->data, (int)a.q_norm->dtype,
-           a.k_norm->data, (int)a.k_norm->dtype, (bf16 *)a.kc->data, (bf16 *)a.vc->data, a.inv, hd, a.q->cols / hd,
-           a.k->cols / hd, a.kc->rows, step_pos(b, a.pos0), a.pos0, a.n_rows, a.eps, a.plus_one);
+    if (a.packed)
+        launch(b, hd <= 64 ? k_qk_prepare<1, bf16> : hd <= 128 ? k_qk_prepare<2, bf16> : k_qk_prepare<4, bf16>,
+               grid, QK_WARPS * 32, 0, (bf16 *)a.q->data, (const bf16 *)a.k->data, (const bf16 *)a.v->data,
+               a.q_norm->data, (int)a.q_norm->dtype, a.k_norm->data, (int)a.k_norm->dtype, (bf16 *)a.kc->data,
+               (bf16 *)a.vc->data, a.inv, hd, a.q->cols / hd, a.k->cols / hd, a.kc->rows, step_pos(b, a.pos0),
+               a.pos0, a.n_rows, a.eps, a.plus_one);
+    else
+        launch(b, hd <= 64 ? k_qk_prepare<1, float> : hd <= 128 ? k_qk_prepare<2, float> : k_qk_prepare<4, float>,
+               grid, QK_WARPS * 32, 0, f32(a.q), f32(a.k), f32(a.v), a.q_norm->data, (int)a.q_norm->dtype,
+               a.k_norm->data, (int)a.k_norm->dtype, (bf16 *)a.kc->data, (bf16 *)a.vc->data, a.inv, hd,
+               a.q->cols / hd, a.k->cols / hd, a.kc->rows, step_pos(b, a.pos0), a.pos0, a.n_rows, a.eps,
+               a.plus_one);
     launched(b, "qk_prepare");
 }
 
@@ -966,7 +996,9 @@ void cuda_qk_prepare(lmx_backend *be, lmx_tensor *q, lmx_tensor *k, const lmx_te
     cuda_backend *b = cu(be);
     bool skip = skip_op(b, OP_QK, q, k, v, n_rows, head_dim);
     skip_op(b, OP_QK, q_norm, k_norm, kc, plus_one, (long)(uintptr_t)vc); /* same answer, folds the rest */
-    if (skip || !need_f32(b, q) || !need_f32(b, k) || !need_f32(b, v))
+    /* q, k and v as a prefill's packed products left them: read in bf16 */
+    bool packed = q->bf16_rows >= n_rows && k->bf16_rows >= n_rows && v->bf16_rows >= n_rows;
+    if (skip || (!packed && (!need_f32(b, q) || !need_f32(b, k) || !need_f32(b, v))))
         return;
     wrote(b, q);
     wrote(b, k);
@@ -980,11 +1012,13 @@ void cuda_qk_prepare(lmx_backend *be, lmx_tensor *q, lmx_tensor *k, const lmx_te
     const float *inv = rope_inv(b, head_dim, rope);
     if (!inv)
         return;
-    b->qk = pending_qk{q, k, kc, vc, v, q_norm, k_norm, inv, n_rows, head_dim, pos0, plus_one, eps};
-    if (n_rows <= GEMV_ROWS)
+    b->qk = pending_qk{q, k, kc, vc, v, q_norm, k_norm, inv, n_rows, head_dim, pos0, plus_one, eps, packed};
+    if (n_rows <= GEMV_ROWS && !packed) {
         b->qk_pending = true;
-    else
+    } else {
         launch_qk(b, b->qk);
+        q->bf16_rows = packed ? n_rows : 0; /* q normalized, rotated and back in bf16 */
+    }
 }
 
 /* The attention kernels' shared memory beyond the default 48 KB, set once
@@ -998,9 +1032,12 @@ cudaError_t attention_init(cuda_backend *b)
     } ks[] = {{(const void *)k_attn_dec<64>, dec_shm(64)},
               {(const void *)k_attn_dec<128>, dec_shm(128)},
               {(const void *)k_attn_dec<256>, dec_shm(256)},
-              {(const void *)k_attn_fa<64>, fa_shm<64>()},
-              {(const void *)k_attn_fa<128>, fa_shm<128>()},
-              {(const void *)k_attn_fa<256>, fa_shm<256>()},
+              {(const void *)k_attn_fa<64, float>, fa_shm<64>()},
+              {(const void *)k_attn_fa<128, float>, fa_shm<128>()},
+              {(const void *)k_attn_fa<256, float>, fa_shm<256>()},
+              {(const void *)k_attn_fa<64, bf16>, fa_shm<64>()},
+              {(const void *)k_attn_fa<128, bf16>, fa_shm<128>()},
+              {(const void *)k_attn_fa<256, bf16>, fa_shm<256>()},
               {(const void *)k_attn_prefill<2>, prefill_shm(64)},
               {(const void *)k_attn_prefill<4>, prefill_shm(128)},
               {(const void *)k_attn_prefill<8>, prefill_shm(256)}};
@@ -1047,26 +1084,40 @@ void attention_decode(cuda_backend *b, lmx_tensor *out, const lmx_tensor *q, con
     }
 }
 
-template <int HD>
-void flash_attention(cuda_backend *b, lmx_tensor *out, const lmx_tensor *q, const bf16 *kc, const bf16 *vc, int slots,
-                     const lmx_attn_params *p, const int *dpos)
+/* q in float32, or in bf16 (QT) as qk_prepare left a packed one. */
+template <int HD, typename QT>
+void launch_fa(cuda_backend *b, lmx_tensor *out, const QT *q, const bf16 *kc, const bf16 *vc, int slots,
+               const lmx_attn_params *p, const int *dpos)
 {
     constexpr int Q = fa_shape<HD>::Q;
     dim3 grid(p->n_heads, (p->n_rows + Q - 1) / Q);
     bf16 *ob = bf16_copy(b, out, p->n_rows); /* for the o projection */
-    launch(b, k_attn_fa<HD>, grid, fa_shape<HD>::WARPS * 32, fa_shm<HD>(), f32_unless_copy(b, out, ob), ob, f32(q), kc,
-           vc, slots, p->n_heads, p->n_kv_heads, p->window, p->scale, p->softcap, dpos, p->pos0, p->n_rows);
+    launch(b, k_attn_fa<HD, QT>, grid, fa_shape<HD>::WARPS * 32, fa_shm<HD>(), f32_unless_copy(b, out, ob), ob, q,
+           kc, vc, slots, p->n_heads, p->n_kv_heads, p->window, p->scale, p->softcap, dpos, p->pos0, p->n_rows);
     launched(b, "attention (flash)");
+}
+
+template <int HD>
+void flash_attention(cuda_backend *b, lmx_tensor *out, const lmx_tensor *q, const bf16 *kc, const bf16 *vc, int slots,
+                     const lmx_attn_params *p, const int *dpos)
+{
+    if (q->bf16_rows >= p->n_rows)
+        launch_fa<HD>(b, out, (const bf16 *)q->data, kc, vc, slots, p, dpos);
+    else
+        launch_fa<HD>(b, out, f32(q), kc, vc, slots, p, dpos);
 }
 
 void cuda_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const lmx_tensor *kc,
                     const lmx_tensor *vc, const lmx_attn_params *p)
 {
     cuda_backend *b = cu(be);
-    if (skip_op(b, OP_ATTN, out, q, kc, p->n_rows, (long)(uintptr_t)vc) || !need_f32(b, q))
+    int hd = p->head_dim;
+    /* prefill on the tensor cores, which read a packed q (bf16) as it is */
+    bool fa = p->n_rows > GEMV_ROWS && !b->simt_attn && (hd == 64 || hd == 128 || hd == 256);
+    if (skip_op(b, OP_ATTN, out, q, kc, p->n_rows, (long)(uintptr_t)vc) ||
+        (!(fa && q->bf16_rows >= p->n_rows) && !need_f32(b, q)))
         return;
     wrote(b, out);
-    int hd = p->head_dim;
     if (hd % 16 || hd > 256 || p->n_heads % p->n_kv_heads || kc->dtype != LMX_DT_BF16 || vc->dtype != LMX_DT_BF16) {
         fail(b, LMX_ERR_UNSUPPORTED,
              "cuda: attention with head_dim %d (a multiple of 16 up to 256 wanted), %d heads over %d%s", hd,
@@ -1087,8 +1138,8 @@ void cuda_attention(lmx_backend *be, lmx_tensor *out, const lmx_tensor *q, const
         attention_decode(b, out, q, kc, vc, p, dpos, fz);
         return;
     }
-    if (!b->simt_attn)
-        switch (hd) { /* the head sizes with a tensor-core kernel */
+    if (fa)
+        switch (hd) {
         case 64: flash_attention<64>(b, out, q, kcd, vcd, kc->rows, p, dpos); return;
         case 128: flash_attention<128>(b, out, q, kcd, vcd, kc->rows, p, dpos); return;
         case 256: flash_attention<256>(b, out, q, kcd, vcd, kc->rows, p, dpos); return;

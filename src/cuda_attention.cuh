@@ -218,11 +218,16 @@ __device__ __forceinline__ void attn_tile(attn_acc<HD> *a, const bf16 *Qs, const
     }
 }
 
-/* One 16-byte piece of a float32 query row as bf16 into shared memory. */
+/* Four elements of a query row, float32 or bf16, as bf16 into shared
+ * memory (zeros when !in). */
 __device__ __forceinline__ void stage_q4(bf16 *dst, const float *src, bool in)
 {
     float4 v = in ? *(const float4 *)src : make_float4(0, 0, 0, 0);
     *(uint2 *)dst = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+}
+__device__ __forceinline__ void stage_q4(bf16 *dst, const bf16 *src, bool in)
+{
+    *(uint2 *)dst = in ? *(const uint2 *)src : make_uint2(0, 0);
 }
 
 /* The K and V rows of keys t0 .. t0 + n - 1 of one head (kh, vh: its first
@@ -550,11 +555,11 @@ template <int HD> size_t fa_shm() { return (size_t)(fa_shape<HD>::Q + 4 * fa_sha
  * queries. K/V tiles stream into shared memory by asynchronous copies, the
  * next tile in flight while the current one is computed (attn_tile: Q, K,
  * P, V in bf16, float32 accumulation). Warps whose queries see none of a
- * tile's keys (causal, window) skip it. The output in float32 (out) and/or
- * bf16 (ob). */
-template <int HD>
+ * tile's keys (causal, window) skip it. q float32 or bf16 (QT); the output
+ * in float32 (out) and/or bf16 (ob). */
+template <int HD, typename QT>
 __global__ void __launch_bounds__(fa_shape<HD>::WARPS * 32, 2)
-    k_attn_fa(float *out, bf16 *ob, const float *q, const bf16 *kc, const bf16 *vc, int slots, int H, int KVH,
+    k_attn_fa(float *out, bf16 *ob, const QT *q, const bf16 *kc, const bf16 *vc, int slots, int H, int KVH,
               int window, float scale, float softcap, const int *dpos, int pos0, int n_rows)
 {
     pdl_trigger();

@@ -224,15 +224,17 @@ __device__ __forceinline__ void norm_rope(float (&x0)[P], float (&x1)[P], const 
     }
 }
 
-/* A head row's pairs from src (zeros past the head or when !in). */
-template <int P> __device__ __forceinline__ void load_head(float (&x0)[P], float (&x1)[P], const float *src, int hd, bool in)
+/* A head row's pairs from src, float or bf16 (zeros past the head or when
+ * !in). */
+template <int P, typename T>
+__device__ __forceinline__ void load_head(float (&x0)[P], float (&x1)[P], const T *src, int hd, bool in)
 {
     int lane = threadIdx.x & 31, half = hd / 2;
 #pragma unroll
     for (int j = 0; j < P; j++) {
         int p = lane + 32 * j;
-        x0[j] = in && p < half ? src[p] : 0.0f;
-        x1[j] = in && p < half ? src[p + half] : 0.0f;
+        x0[j] = in && p < half ? (float)src[p] : 0.0f;
+        x1[j] = in && p < half ? (float)src[p + half] : 0.0f;
     }
 }
 
@@ -261,11 +263,12 @@ __device__ __forceinline__ void store_head(T *dst, const float (&x0)[P], const f
  * up to 64 P). Its norm weights and frequencies are read before the wait,
  * then every row's elements in one round of loads (one row a warp moved 2
  * TB/s; four rows a warp took Qwen3-0.6B's 4096-token prefill from 246.8k
- * to 252.8k tok/s, bench/RESULTS.md). Decode steps fold this into the
- * attention kernel instead (k_attn_dec's qk_fuse). */
-template <int P>
+ * to 252.8k tok/s, bench/RESULTS.md). q, k and v are T: float32, or bf16
+ * (a prefill's products packed them, bf16_rows). Decode steps fold this
+ * into the attention kernel instead (k_attn_dec's qk_fuse). */
+template <int P, typename T>
 __global__ void __launch_bounds__(QK_WARPS * 32)
-    k_qk_prepare(float *q, const float *k, const float *v, const void *qn, int dt_q, const void *kn, int dt_k,
+    k_qk_prepare(T *q, const T *k, const T *v, const void *qn, int dt_q, const void *kn, int dt_k,
                  __nv_bfloat16 *kc, __nv_bfloat16 *vc, const float *inv, int hd, int Hq, int Hk, int slots,
                  const int *dpos, int pos0, int n_rows, float eps, int plus_one)
 {
@@ -279,7 +282,7 @@ __global__ void __launch_bounds__(QK_WARPS * 32)
     if (!live)
         return;
     int hh = is_q ? h : h - Hq, cols = (is_q ? Hq : Hk) * hd;
-    const float *src = is_q ? q : k;
+    const T *src = is_q ? q : k;
     float x0[QK_ROWS][P], x1[QK_ROWS][P], v0[QK_ROWS][P], v1[QK_ROWS][P];
 #pragma unroll
     for (int r = 0; r < QK_ROWS; r++) {

@@ -428,6 +428,53 @@ static void fill_caches(pair *p, both *q, both *kc, both *vc, int hd, int fill, 
     drop(p, &kn);
 }
 
+/* A prefill's q, k and v products on bf16 weights stay packed in bf16
+ * (docs/cuda.md): qk_prepare and flash attention read them so, and q
+ * read back is widened. Against the CPU's float32 chain: the products'
+ * bf16 bound (1e-2), carried through the norms and the attention. */
+static void check_packed_qkv(pair *p)
+{
+    const int n = 64, K = 256, hd = 128, H = 4, KVH = 2, slots = 128;
+    const lmx_rope rope = {1e6f, 1.0f};
+    lmx_error err = {0};
+    both x = activations(p, n, K, 1.0f), q = output(p, n, H * hd), k = output(p, n, KVH * hd);
+    both v = output(p, n, KVH * hd), o = output(p, n, H * hd);
+    both wq = input(p, H * hd, K, LMX_DT_BF16, 0.1f), wk = input(p, KVH * hd, K, LMX_DT_BF16, 0.1f);
+    both wv = input(p, KVH * hd, K, LMX_DT_BF16, 0.1f);
+    both qn = input(p, 1, hd, LMX_DT_BF16, 1.0f), kn = input(p, 1, hd, LMX_DT_BF16, 1.0f);
+    both kc = {p->cpu->ops->alloc_cache(p->cpu, slots, KVH * hd, &err),
+               p->gpu->ops->alloc_cache(p->gpu, slots, KVH * hd, &err), slots, KVH * hd, NULL};
+    both vc = {p->cpu->ops->alloc_cache(p->cpu, slots, KVH * hd, &err),
+               p->gpu->ops->alloc_cache(p->gpu, slots, KVH * hd, &err), slots, KVH * hd, NULL};
+    CHECK(kc.c && kc.g && vc.c && vc.g, "caches: %s", err.message);
+    lmx_attn_params ap = {n, 0, H, KVH, hd, 0, 1.0f / sqrtf((float)hd), 0};
+    lmx_backend *bes[2] = {p->cpu, p->gpu};
+    for (int s = 0; s < 2; s++) {
+        lmx_backend *be = bes[s];
+        lmx_tensor *outs[3] = {s ? q.g : q.c, s ? k.g : k.c, s ? v.g : v.c};
+        const lmx_tensor *ws[3] = {s ? wq.g : wq.c, s ? wk.g : wk.c, s ? wv.g : wv.c};
+        be->ops->matmul_multi(be, 3, outs, s ? x.g : x.c, ws, n);
+        be->ops->qk_prepare(be, outs[0], outs[1], outs[2], s ? qn.g : qn.c, s ? kn.g : kn.c, s ? kc.g : kc.c,
+                            s ? vc.g : vc.c, n, hd, 0, rope, 1e-6f, 0);
+        be->ops->attention(be, s ? o.g : o.c, outs[0], s ? kc.g : kc.c, s ? vc.g : vc.c, &ap);
+    }
+    same(p, &o, n, 2e-2f, "attention after packed q, k, v products");
+    same(p, &q, n, 2e-2f, "packed q after qk_prepare, widened");
+    size_t len = (size_t)n * H * hd, wide = 0; /* packed: every value of q a bf16 one */
+    float *g = malloc(len * 4);
+    p->gpu->ops->read(p->gpu, g, (size_t)H * hd, q.g, 0, n);
+    for (size_t i = 0; i < len; i++) {
+        uint32_t u;
+        memcpy(&u, &g[i], 4);
+        wide += (u & 0xffffu) != 0;
+    }
+    CHECK(wide == 0, "q after a packed prefill: %zu of %zu values are not bf16 ones", wide, len);
+    free(g);
+    both *all[] = {&x, &q, &k, &v, &o, &wq, &wk, &wv, &qn, &kn, &kc, &vc};
+    for (int i = 0; i < 12; i++)
+        drop(p, all[i]);
+}
+
 /* Random float32 data [rows, cols] bound on both backends, twice. */
 static void twins(pair *p, int rows, int cols, both *a, both *b)
 {
@@ -788,6 +835,7 @@ int main(void)
         check_fused_matmuls(&p);
         check_stale_gate(&p);
         check_lean_norms(&p);
+        check_packed_qkv(&p);
         check_elementwise(&p, 2048, 128);
         check_elementwise(&p, 1001, 7);
         check_elementwise(&p, 12000, 96);
