@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "bigbuf.h"
 #include "cpu_attention.h"
 #include "cpu_kernels.h"
 #include "cpu_matmul.h"
@@ -18,7 +19,8 @@ struct lmx_tensor {
     int rows, cols;
     lmx_dtype dtype;  /* float32 for activations; the stored dtype for weights */
     void *data;
-    int owned;        /* data malloc'd here (activations), not a view of the mapping */
+    int owned;        /* data allocated here (weights' copies: malloc), not a view of the mapping */
+    lmx_bigbuf act;   /* activations and caches: their buffer (data = act.data) */
     lmx_cpu_weight w; /* weights: what the kernels read (maybe quantized) */
     void *qbuf;       /* quantized weights: the one allocation behind w */
 };
@@ -133,7 +135,7 @@ static lmx_tensor *cpu_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx
         lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    *w = (lmx_tensor){s.rows, s.cols, t->dtype, data, !whole_rows, {0}, NULL};
+    *w = (lmx_tensor){.rows = s.rows, .cols = s.cols, .dtype = t->dtype, .data = data, .owned = !whole_rows};
     lmx_wkind kind = t->dtype == LMX_DT_BF16 ? LMX_WK_BF16 : t->dtype == LMX_DT_F16 ? LMX_WK_F16 : LMX_WK_F32;
     w->w = (lmx_cpu_weight){kind, s.rows, s.cols, data, NULL, NULL, 0};
     cpu_backend *b = cpu(be);
@@ -151,14 +153,16 @@ static lmx_tensor *cpu_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx
 static lmx_tensor *alloc_dtype(int rows, int cols, lmx_dtype dtype, size_t slack, lmx_error *err)
 {
     lmx_tensor *t = calloc(1, sizeof *t);
-    void *d = calloc((size_t)rows * (size_t)cols + slack, lmx_dtype_size(dtype));
+    size_t n = (size_t)rows * (size_t)cols + slack, es = lmx_dtype_size(dtype);
+    lmx_bigbuf buf = n <= SIZE_MAX / es ? lmx_bigbuf_alloc(n * es) : (lmx_bigbuf){NULL, NULL, 0};
+    void *d = buf.data;
     if (!t || !d) {
         free(t);
-        free(d);
+        lmx_bigbuf_free(&buf);
         lmx_fail(err, LMX_ERR_NOMEM, "cannot allocate a %d x %d %s tensor", rows, cols, lmx_dtype_name(dtype));
         return NULL;
     }
-    *t = (lmx_tensor){rows, cols, dtype, d, 1, {0}, NULL};
+    *t = (lmx_tensor){.rows = rows, .cols = cols, .dtype = dtype, .data = d, .act = buf};
     return t;
 }
 
@@ -179,6 +183,7 @@ static void cpu_free(lmx_backend *be, lmx_tensor *t)
         return;
     if (t->owned)
         free(t->data);
+    lmx_bigbuf_free(&t->act);
     free(t->qbuf);
     free(t);
 }

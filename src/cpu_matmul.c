@@ -2,7 +2,10 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
+
+#include "bigbuf.h"
 
 /* Up to this many rows of x, the matrix-vector kernel (which reads every
  * weight once per MV_ROWS rows of x) beats decoding weights into tiles. */
@@ -22,7 +25,8 @@ struct lmx_cpu_mm {
     int32_t *xqsum;
     float **wt;           /* per thread, 64-byte aligned: tile_mr decoded weight rows (AMX:
                            * amx_gemm_task; qgemm: its scratch, and a row of x in qpack_task) */
-    float *xt;            /* x packed k-major for the tiles; grows */
+    float *xt;            /* x packed k-major for the tiles; grows (xt_buf) */
+    lmx_bigbuf xt_buf;
     size_t xt_cap;
 };
 
@@ -52,7 +56,7 @@ void lmx_cpu_mm_free(lmx_cpu_mm *mm)
     free(mm->xq);
     free(mm->xd);
     free(mm->xqsum);
-    free(mm->xt);
+    lmx_bigbuf_free(&mm->xt_buf);
     pthread_mutex_destroy(&mm->lock);
     free(mm);
 }
@@ -310,11 +314,12 @@ static int ensure_xt(lmx_cpu_mm *mm, size_t need)
 {
     if (need <= mm->xt_cap)
         return 0;
-    float *p = aligned_alloc(64, (need * sizeof(float) + 63) / 64 * 64);
-    if (!p)
+    lmx_bigbuf b = need <= SIZE_MAX / sizeof(float) ? lmx_bigbuf_alloc(need * sizeof(float)) : (lmx_bigbuf){0};
+    if (!b.data)
         return -1;
-    free(mm->xt);
-    mm->xt = p;
+    lmx_bigbuf_free(&mm->xt_buf);
+    mm->xt_buf = b;
+    mm->xt = b.data;
     mm->xt_cap = need;
     return 0;
 }
