@@ -137,17 +137,19 @@ static void prep_quant(lmx_cpu_mm *mm, const lmx_cpu_weight *w, const float *x, 
     *xp = (lmx_cpu_x){x, mm->xq, mm->xd, mm->xqsum};
 }
 
+enum { MV_TASKS = 2 };
+
 static void run_matvec(lmx_cpu_mm *mm, float *out, const float *x, int n, const lmx_cpu_weight *w)
 {
     int T = lmx_pool_threads(mm->pool), N = w->rows;
-    /* two tasks a thread, whole multiples of 16 rows: each of a task's
-     * four row streams (GEN_*_MATVEC) starts cold (the kernels prefetch
-     * 4 KiB ahead of where they read; the hardware prefetcher has to find
-     * the stream), so streams must be long: eight tasks a thread made
-     * Qwen3-0.6B q8/q4 decode on two threads 15-25% slower
-     * (bench/RESULTS.md); a second task still lets a thread that finishes
-     * early take work */
-    int per = (N + T * 2 - 1) / (T * 2);
+    /* MV_TASKS tasks a thread, whole multiples of 16 rows: each of a
+     * decode task's four row streams (GEN_*_MATVEC) starts cold (the
+     * AVX-512 kernels prefetch 4 KiB ahead of where they read; the
+     * hardware prefetcher has to find the stream), so streams must be
+     * long: eight tasks a thread made Qwen3-0.6B q8/q4 decode on two
+     * threads 15-25% slower (bench/RESULTS.md); a second task still lets
+     * a thread that finishes early take work */
+    int per = (N + T * MV_TASKS - 1) / (T * MV_TASKS);
     per = (per + 15) / 16 * 16;
     for (int i0 = 0; i0 < n; i0 += MV_ROWS) {
         int m = n - i0 < MV_ROWS ? n - i0 : MV_ROWS;
