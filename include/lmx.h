@@ -51,6 +51,9 @@ typedef struct lmx_load_options {
     int kv_f16;      /* CPU only: keep the KV cache in float16 (1) instead of float32 (0): half the
                         memory and half the bytes decode reads from it (docs/cpu.md); the CUDA
                         backend always keeps it in bf16 */
+    int mmap_weights; /* CPU only: 1 = read float weights in place from the file mapping (quick
+                        load, 4 KB pages); 0 = copy weight matrices into transparent huge pages
+                        where the kernel grants them (slower load, faster decode; docs/cpu.md) */
 } lmx_load_options;
 
 /* lmx_load_options.device. AUTO: the environment variable LMX_DEVICE ("cpu"

@@ -18,11 +18,11 @@
 struct lmx_tensor {
     int rows, cols;
     lmx_dtype dtype;  /* float32 for activations; the stored dtype for weights */
-    void *data;
-    int owned;        /* data allocated here (weights' copies: malloc), not a view of the mapping */
-    lmx_bigbuf act;   /* activations and caches: their buffer (data = act.data) */
+    void *data;       /* weights: their copy in buf, else a view of the mapping */
+    lmx_bigbuf buf;   /* what this tensor owns: activations, caches, weights' float copies */
     lmx_cpu_weight w; /* weights: what the kernels read (maybe quantized) */
-    void *qbuf;       /* quantized weights: the one allocation behind w */
+    void *qbuf;       /* quantized weights: the one allocation behind w (malloc: huge pages made q8
+                         decode no faster, docs/cpu.md) */
 };
 
 /* Ranks of one tensor-parallel model on this CPU (shard.h): their
@@ -41,6 +41,7 @@ typedef struct cpu_backend {
     lmx_cpu_mm *mm;
     int quant; /* 0, 8 or 4 */
     int kv_f16; /* the KV cache in float16 */
+    int huge_pages; /* float weight matrices are copied into huge pages (not mmap_weights, and granted) */
     cpu_group *group; /* NULL: a lone backend */
     int rank;
 } cpu_backend;
@@ -75,8 +76,16 @@ static void quant_task(void *ctx, int task, int worker)
     j->k->quant_rows(j->src, j->dst, r0, r1 < j->src->rows ? r1 : j->src->rows);
 }
 
-/* Replaces w->w by a quantized copy; the source pages are dropped from
- * this process's resident set (they stay in the page cache). */
+static void cpu_free(lmx_backend *be, lmx_tensor *t)
+{
+    if (!t)
+        return;
+    lmx_bigbuf_free(&t->buf);
+    free(t->qbuf);
+    free(t);
+}
+
+/* Replaces w->w by a quantized copy. */
 static int quantize(cpu_backend *b, lmx_tensor *w)
 {
     int K = w->cols, G = lmx_quant_group(K), bits = b->quant;
@@ -84,33 +93,93 @@ static int quantize(cpu_backend *b, lmx_tensor *w)
         return 0; /* stays as stored */
     size_t qbytes = (size_t)w->rows * lmx_quant_row_bytes(K, bits);
     size_t ng = (size_t)w->rows * (size_t)(K / G);
-    uint8_t *buf = malloc(qbytes + 2 * ng * sizeof(uint16_t));
+    uint8_t *buf = w->qbuf = malloc(qbytes + 2 * ng * sizeof(uint16_t));
     if (!buf)
         return -1;
     lmx_cpu_weight q = {bits == 8 ? LMX_WK_Q8 : LMX_WK_Q4, w->rows, K, buf,
                         (const uint16_t *)(buf + qbytes), (const uint16_t *)(buf + qbytes) + ng, G};
     quant_job j = {b->k, &w->w, &q, 64};
     lmx_pool_run(b->pool, (w->rows + 63) / 64, quant_task, &j);
-    long page = sysconf(_SC_PAGESIZE);
-    if (page > 0) {
-        uintptr_t a = ((uintptr_t)w->data + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
-        uintptr_t e = ((uintptr_t)w->data + (size_t)w->rows * K * lmx_dtype_size(w->dtype)) & ~((uintptr_t)page - 1);
-        if (e > a)
-            madvise((void *)a, e - a, MADV_DONTNEED);
-    }
     w->w = q;
-    w->qbuf = buf;
     return 0;
 }
 
-/* A column slice, copied out of the mapping row by row. */
-static void *copy_columns(const lmx_st_tensor *t, const lmx_slice *s, int cols)
+typedef struct copy_job {
+    const char *src; /* the slice's first element */
+    char *dst;
+    size_t src_row, dst_row; /* bytes */
+    int rows_per_task, rows;
+} copy_job;
+
+static void copy_task(void *ctx, int task, int worker)
 {
-    size_t es = lmx_dtype_size(t->dtype), row = (size_t)s->cols * es;
-    char *buf = malloc(row * (size_t)s->rows + 1);
-    for (int i = 0; buf && i < s->rows; i++)
-        memcpy(buf + (size_t)i * row, (const char *)t->data + ((size_t)(s->row0 + i) * cols + s->col0) * es, row);
-    return buf;
+    const copy_job *j = ctx;
+    int r1 = (task + 1) * j->rows_per_task < j->rows ? (task + 1) * j->rows_per_task : j->rows;
+    for (int r = task * j->rows_per_task; r < r1; r++)
+        memcpy(j->dst + (size_t)r * j->dst_row, j->src + (size_t)r * j->src_row, j->dst_row);
+}
+
+/* Copies the slice s of t (whose rows hold cols elements) into w->buf, by
+ * the pool: huge pages where the kernel grants them (bigbuf.h). */
+static int copy_slice(cpu_backend *b, lmx_tensor *w, const lmx_st_tensor *t, const lmx_slice *s, int cols)
+{
+    size_t es = lmx_dtype_size(t->dtype);
+    w->buf = lmx_bigbuf_alloc((size_t)s->rows * s->cols * es);
+    if (!w->buf.data)
+        return -1;
+    copy_job j = {(const char *)t->data + ((size_t)s->row0 * cols + s->col0) * es, w->buf.data, (size_t)cols * es,
+                  (size_t)s->cols * es, 256, s->rows};
+    lmx_pool_run(b->pool, (s->rows + 255) / 256, copy_task, &j);
+    w->data = w->buf.data;
+    return 0;
+}
+
+/* Drops the pages of a view of the mapping from this process's resident
+ * set once nothing reads them (they stay in the page cache). */
+static void drop_pages(const void *p, size_t bytes)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0)
+        return;
+    uintptr_t a = ((uintptr_t)p + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+    uintptr_t e = ((uintptr_t)p + bytes) & ~((uintptr_t)page - 1);
+    if (e > a)
+        madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
+/* A weight matrix is read from the mapping only while it loads: it is
+ * quantized (--quant), or else copied into huge pages where the kernel
+ * grants them (unless mmap_weights), with which bf16 decode on two threads
+ * read 10-25% more of the machine's bandwidth than from the page cache's
+ * 4 KB pages (docs/cpu.md). Vectors (norm weights) stay views. */
+static int load_matrix(cpu_backend *b, lmx_tensor *w, const lmx_st_tensor *t, const lmx_slice *s, int cols)
+{
+    const char *view = (const char *)t->data + (size_t)s->row0 * cols * lmx_dtype_size(t->dtype);
+    size_t view_bytes = (size_t)s->rows * cols * lmx_dtype_size(t->dtype);
+    int whole_rows = s->col0 == 0 && s->cols == cols;
+    if (whole_rows)
+        w->data = (void *)view;
+    else if (copy_slice(b, w, t, s, cols))
+        return -1;
+    w->w.data = w->data;
+    if (b->quant && t->ndim >= 2) {
+        if (quantize(b, w))
+            return -1;
+        if (w->w.kind == LMX_WK_Q8 || w->w.kind == LMX_WK_Q4) {
+            lmx_bigbuf_free(&w->buf); /* the float source is read no more (embed decodes w->w) */
+            w->data = NULL;
+            if (whole_rows)
+                drop_pages(view, view_bytes);
+            return 0;
+        }
+    }
+    if (whole_rows && t->ndim >= 2 && b->huge_pages) {
+        if (copy_slice(b, w, t, s, cols))
+            return -1;
+        w->w.data = w->data;
+        drop_pages(view, view_bytes);
+    }
+    return 0;
 }
 
 static lmx_tensor *cpu_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice *slice, lmx_error *err)
@@ -125,24 +194,16 @@ static lmx_tensor *cpu_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx
         return NULL;
     }
     lmx_tensor *w = calloc(1, sizeof *w);
-    int whole_rows = s.col0 == 0 && s.cols == cols;
-    void *data = whole_rows ? (char *)t->data + (size_t)s.row0 * cols * lmx_dtype_size(t->dtype)
-                            : copy_columns(t, &s, cols);
-    if (!w || !data) {
-        free(w);
-        if (!whole_rows)
-            free(data);
+    if (!w) {
         lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    *w = (lmx_tensor){.rows = s.rows, .cols = s.cols, .dtype = t->dtype, .data = data, .owned = !whole_rows};
     lmx_wkind kind = t->dtype == LMX_DT_BF16 ? LMX_WK_BF16 : t->dtype == LMX_DT_F16 ? LMX_WK_F16 : LMX_WK_F32;
-    w->w = (lmx_cpu_weight){kind, s.rows, s.cols, data, NULL, NULL, 0};
+    *w = (lmx_tensor){.rows = s.rows, .cols = s.cols, .dtype = t->dtype};
+    w->w = (lmx_cpu_weight){kind, s.rows, s.cols, NULL, NULL, NULL, 0};
     cpu_backend *b = cpu(be);
-    if (lmx_cpu_mm_reserve(b->mm, s.cols) || (b->quant && t->ndim >= 2 && quantize(b, w))) {
-        if (w->owned)
-            free(w->data);
-        free(w);
+    if (lmx_cpu_mm_reserve(b->mm, s.cols) || load_matrix(b, w, t, &s, cols)) {
+        cpu_free(be, w);
         lmx_fail(err, LMX_ERR_NOMEM, "%s: out of memory for tensor '%s'", t->file, t->name);
         return NULL;
     }
@@ -162,7 +223,7 @@ static lmx_tensor *alloc_dtype(int rows, int cols, lmx_dtype dtype, size_t slack
         lmx_fail(err, LMX_ERR_NOMEM, "cannot allocate a %d x %d %s tensor", rows, cols, lmx_dtype_name(dtype));
         return NULL;
     }
-    *t = (lmx_tensor){.rows = rows, .cols = cols, .dtype = dtype, .data = d, .act = buf};
+    *t = (lmx_tensor){.rows = rows, .cols = cols, .dtype = dtype, .data = d, .buf = buf};
     return t;
 }
 
@@ -175,17 +236,6 @@ static lmx_tensor *cpu_alloc_cache(lmx_backend *be, int rows, int cols, lmx_erro
 {
     return alloc_dtype(rows, cols, cpu(be)->kv_f16 ? LMX_DT_F16 : LMX_DT_F32,
                        lmx_cpu_attention_slack(cpu(be)->k, cols), err);
-}
-
-static void cpu_free(lmx_backend *be, lmx_tensor *t)
-{
-    if (!t)
-        return;
-    if (t->owned)
-        free(t->data);
-    lmx_bigbuf_free(&t->act);
-    free(t->qbuf);
-    free(t);
 }
 
 /* Ops ------------------------------------------------------------------- */
@@ -450,7 +500,7 @@ static const lmx_backend_ops cpu_ops = {
     .alloc_cache = cpu_alloc_cache,
 };
 
-lmx_backend *lmx_backend_cpu_new(int n_threads, int quant, int kv_f16, lmx_error *err)
+lmx_backend *lmx_backend_cpu_new(int n_threads, int quant, int kv_f16, int mmap_weights, lmx_error *err)
 {
     lmx_cpu_path path;
     if (quant != 0 && quant != 8 && quant != 4) {
@@ -459,6 +509,11 @@ lmx_backend *lmx_backend_cpu_new(int n_threads, int quant, int kv_f16, lmx_error
     }
     if (kv_f16 != 0 && kv_f16 != 1) {
         lmx_fail(err, LMX_ERR_ARG, "lmx_load: kv_f16 = %d; want 0 (float32 cache) or 1 (float16)", kv_f16);
+        return NULL;
+    }
+    if (mmap_weights != 0 && mmap_weights != 1) {
+        lmx_fail(err, LMX_ERR_ARG, "lmx_load: mmap_weights = %d; want 0 (copy into huge pages) or 1 (read in place)",
+                 mmap_weights);
         return NULL;
     }
     if (lmx_cpu_path_select(&path, err))
@@ -473,6 +528,7 @@ lmx_backend *lmx_backend_cpu_new(int n_threads, int quant, int kv_f16, lmx_error
     b->k = lmx_cpu_kernels_for(path);
     b->quant = quant;
     b->kv_f16 = kv_f16;
+    b->huge_pages = !mmap_weights && lmx_bigbuf_huge_pages();
     if (!(b->mm = lmx_cpu_mm_new(b->k, b->pool))) {
         cpu_destroy(&b->base);
         lmx_fail(err, LMX_ERR_NOMEM, "cannot allocate the CPU backend's scratch");
@@ -481,8 +537,8 @@ lmx_backend *lmx_backend_cpu_new(int n_threads, int quant, int kv_f16, lmx_error
     return &b->base;
 }
 
-lmx_status lmx_backend_cpu_new_group(int n_ranks, int n_threads, int quant, int kv_f16, lmx_backend **out,
-                                     lmx_error *err)
+lmx_status lmx_backend_cpu_new_group(int n_ranks, int n_threads, int quant, int kv_f16, int mmap_weights,
+                                     lmx_backend **out, lmx_error *err)
 {
     cpu_group *g = calloc(1, sizeof *g);
     float **parts = calloc((size_t)n_ranks, sizeof *parts);
@@ -495,7 +551,7 @@ lmx_status lmx_backend_cpu_new_group(int n_ranks, int n_threads, int quant, int 
     g->n_ranks = n_ranks;
     g->parts = parts;
     for (int r = 0; r < n_ranks; r++) {
-        if (!(out[r] = lmx_backend_cpu_new(n_threads, quant, kv_f16, err))) {
+        if (!(out[r] = lmx_backend_cpu_new(n_threads, quant, kv_f16, mmap_weights, err))) {
             while (r--)
                 out[r]->ops->destroy(out[r]);
             pthread_barrier_destroy(&g->barrier);
@@ -522,6 +578,12 @@ size_t lmx_backend_cpu_bytes(const lmx_tensor *t)
     case LMX_WK_F32: return n * 4;
     default: return n * 2;
     }
+}
+
+const char *lmx_backend_cpu_weights(const lmx_backend *be)
+{
+    const cpu_backend *b = (const cpu_backend *)be;
+    return b->quant ? "quantized" : b->huge_pages ? "huge pages" : "mapped";
 }
 
 const char *lmx_backend_cpu_path(const lmx_backend *be)

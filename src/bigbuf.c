@@ -1,6 +1,7 @@
 #include "bigbuf.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -16,7 +17,8 @@ lmx_bigbuf lmx_bigbuf_alloc(size_t bytes)
         if (m != MAP_FAILED) {
             uintptr_t at = ((uintptr_t)m + HUGE - 1) / HUGE * HUGE;
 #ifdef MADV_HUGEPAGE
-            madvise((void *)at, len - (at - (uintptr_t)m), MADV_HUGEPAGE); /* advice: failure is harmless */
+            /* whole huge pages only: a partly used last one would be resident in full */
+            madvise((void *)at, bytes / HUGE * HUGE, MADV_HUGEPAGE); /* advice: failure is harmless */
 #endif
             b.data = (void *)at;
             b.map = m;
@@ -39,4 +41,15 @@ void lmx_bigbuf_free(lmx_bigbuf *b)
     else
         free(b->data);
     *b = (lmx_bigbuf){NULL, NULL, 0};
+}
+
+int lmx_bigbuf_huge_pages(void)
+{
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    char mode[64] = "";
+    if (!f)
+        return 0;
+    int ok = fgets(mode, sizeof mode, f) && !strstr(mode, "[never]");
+    fclose(f);
+    return ok;
 }

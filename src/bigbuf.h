@@ -17,4 +17,8 @@ typedef struct lmx_bigbuf {
 lmx_bigbuf lmx_bigbuf_alloc(size_t bytes);
 void lmx_bigbuf_free(lmx_bigbuf *b);
 
+/* 1 when the kernel grants transparent huge pages to mappings that ask
+ * (THP mode "always" or "madvise"), 0 when it does not or cannot say. */
+int lmx_bigbuf_huge_pages(void);
+
 #endif

@@ -1,25 +1,30 @@
 /* Logits of every fixture checkpoint against transformers' references
  * (tests/data/<name>/refs.safetensors): one-shot prefill, token-at-a-time
  * decode and prefill in chunks of 5, plus the 20 greedy tokens; then the
- * fixtures again with the float16 KV cache (lmx_load_options.kv_f16). */
+ * fixtures again with the float16 KV cache (lmx_load_options.kv_f16), and
+ * with the weights read in place from the mapping (mmap_weights). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_cpu.h"
+#include "bigbuf.h"
 #include "context.h"
 #include "lmx.h"
+#include "model.h"
 #include "safetensors.h"
 #include "testutil.h"
 
 /* The pass under way: the logit tolerance, relative to max(1, max |logit|)
- * of the row, and whether the KV cache is float16; the worst error seen. */
+ * of the row, whether the KV cache is float16 and the weights read in
+ * place; the worst error seen. */
 static struct {
     float rel;
-    int kv_f16;
+    int kv_f16, mmap_weights;
     float worst_rel;
-} pass = {1e-3f, 0, 0};
+} pass = {1e-3f, 0, 0, 0};
 
 /* Reference margins below which top-1 may legitimately differ: 1e-3 with
  * the float32 cache (as always), twice the tolerance with float16. */
@@ -122,6 +127,7 @@ static void check_model_dir(const char *name, const char *dir)
     lmx_error err = {0};
     lmx_load_options o = lmx_load_defaults();
     o.kv_f16 = pass.kv_f16;
+    o.mmap_weights = pass.mmap_weights;
     lmx_model *m = lmx_load(dir, &o, &err);
     CHECK(m != NULL, "load %s: %s", name, err.message);
     lmx_st_set *r = NULL;
@@ -394,16 +400,52 @@ static void check_cli_logits(void)
     lmx_st_close(rs);
 }
 
+static const char *const fixtures[] = {"qwen3-small", "gemma3-small", "qwen3-tiny", "gemma3-tiny"};
+
 /* Every fixture again, the KV cache in float16. */
 static void check_kv_f16(void)
 {
-    const char *names[] = {"qwen3-small", "gemma3-small", "qwen3-tiny", "gemma3-tiny"};
     pass.rel = TEST_KV_F16_TOL;
     pass.kv_f16 = 1;
     pass.worst_rel = 0;
     for (int i = 0; i < 4; i++)
-        check_model(names[i]);
+        check_model(fixtures[i]);
     printf("kv f16: worst max |diff| / max(1, max |logit|) %.3g (tolerance %.3g)\n", pass.worst_rel, pass.rel);
+    pass.kv_f16 = 0;
+}
+
+/* Every fixture again, the weights read in place from the mapping (the
+ * passes above copied them, into huge pages where the kernel grants them). */
+static void check_mmap_weights(void)
+{
+    pass.rel = 1e-3f;
+    pass.mmap_weights = 1;
+    pass.worst_rel = 0;
+    for (int i = 0; i < 4; i++)
+        check_model(fixtures[i]);
+    printf("weights mapped: worst max |diff| / max(1, max |logit|) %.3g (tolerance %.3g)\n", pass.worst_rel,
+           pass.rel);
+    pass.mmap_weights = 0;
+
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/qwen3-tiny", LMX_TEST_DATA);
+    lmx_load_options o = lmx_load_defaults();
+    o.device = LMX_DEVICE_CPU;
+    lmx_error err = {0};
+    for (int mapped = 0; mapped < 2; mapped++) {
+        o.mmap_weights = mapped;
+        lmx_model *m = lmx_load(dir, &o, &err);
+        CHECK(m != NULL, "load qwen3-tiny: %s", err.message);
+        const char *want = !mapped && lmx_bigbuf_huge_pages() ? "huge pages" : "mapped";
+        CHECK(m && !strcmp(lmx_backend_cpu_weights(m->be), want), "mmap_weights = %d: weights %s, want %s", mapped,
+              m ? lmx_backend_cpu_weights(m->be) : "-", want);
+        lmx_close(m);
+    }
+    o.mmap_weights = 2;
+    lmx_model *m = lmx_load(dir, &o, &err);
+    CHECK(!m && err.code == LMX_ERR_ARG && strstr(err.message, "mmap_weights"), "mmap_weights = 2: %s",
+          m ? "loaded" : err.message);
+    lmx_close(m);
 }
 
 int main(int argc, char **argv)
@@ -413,14 +455,13 @@ int main(int argc, char **argv)
             check_model(argv[i]);
         return test_finish();
     }
-    check_model("qwen3-small");
-    check_model("gemma3-small");
-    check_model("qwen3-tiny");
-    check_model("gemma3-tiny");
+    for (int i = 0; i < 4; i++)
+        check_model(fixtures[i]);
     check_variants();
     check_final_softcap();
     check_cli_logits();
     printf("kv f32: worst max |diff| / max(1, max |logit|) %.3g (tolerance %.3g)\n", pass.worst_rel, pass.rel);
     check_kv_f16();
+    check_mmap_weights();
     return test_finish();
 }

@@ -23,6 +23,7 @@ const char genopts_help[] =
     "  --gpus N              tensor parallelism over N GPUs (cpu: N ranks on the CPU)\n"
     "  --quant Q             quantize the weights while loading: q8 or q4 (default: none, as stored)\n"
     "  --kv T                CPU KV cache: f32 (default) or f16 (half the memory and the bytes decode reads)\n"
+    "  --mmap                CPU: read weights in place from the file (quicker load, slower decode)\n"
     "  --ctx N               context length (default: the model's, at most 4096)\n"
     "  --verbose             print stats to stderr\n";
 
@@ -91,6 +92,8 @@ int genopts_parse(genopts *g, int argc, char **argv, int *i)
     } else if (!strcmp(a, "--kv")) {
         if (!VALUE() || genopts_kv(v, &g->load.kv_f16))
             return -1;
+    } else if (!strcmp(a, "--mmap")) {
+        g->load.mmap_weights = 1;
     } else if (!strcmp(a, "--ctx")) {
         if (!VALUE() || args_int(v, 1, 1 << 24, "--ctx", &n))
             return -1;
