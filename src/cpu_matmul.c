@@ -15,6 +15,18 @@ enum { MV_ROWS = 4, MIN_GROUP = 32 };
  * streams do not fall into the same L1 sets when K is a multiple of 1024. */
 static int wt_stride(int cols) { return cols + 16; }
 
+/* Weight rows a tile task decodes and keeps: a whole number of tiles, at
+ * most 64 and BLOCK_FLOATS, so that each panel of x meets all of them
+ * while it is in L2 instead of being read again for every tile (a 512-row
+ * x of 1024 columns is 2 MB, past L2). */
+enum { BLOCK_FLOATS = 96 << 10 };
+
+static int block_rows(const lmx_cpu_kernels *k, int cols)
+{
+    int mb = BLOCK_FLOATS / wt_stride(cols) / k->tile_mr * k->tile_mr;
+    return mb < k->tile_mr ? k->tile_mr : mb > 64 ? 64 / k->tile_mr * k->tile_mr : mb;
+}
+
 struct lmx_cpu_mm {
     const lmx_cpu_kernels *k;
     lmx_pool *pool;
@@ -67,7 +79,8 @@ static size_t wt_floats(const lmx_cpu_kernels *k, int cols)
     size_t c = (size_t)cols;
     if (k->amx_gemm) /* a decoded row, then 32 rows of bf16 hi and lo parts */
         return c * 33;
-    size_t tile = (size_t)k->tile_mr * (size_t)wt_stride(cols);
+    size_t tile = (size_t)k->tile_mr * (size_t)wt_stride(cols); /* block_rows for any K up to cols */
+    tile = tile > BLOCK_FLOATS ? tile : BLOCK_FLOATS;
     /* lmx_cpu_kernels.qgemm; qpack_task's row: xd, xqsum, xq, xr */
     size_t q = ((size_t)k->qgemm_mr * (c + 8 * (c / MIN_GROUP + 1)) + 2 * c) / sizeof(float) + 1;
     return tile > q ? tile : q;
@@ -192,21 +205,26 @@ static void pack_task(void *ctx, int task, int worker)
     }
 }
 
-/* One tile of weight rows, decoded once to float32, against all of x. */
+/* One block of weight rows (block_rows), decoded once to float32, against
+ * all of x: panel by panel, every tile of the block. */
 static void tile_task(void *ctx, int task, int worker)
 {
     const mm_job *j = ctx;
     const lmx_cpu_kernels *k = j->mm->k;
     const lmx_cpu_weight *w = j->w;
-    int K = w->cols, N = w->rows, r0 = task * k->tile_mr;
-    int mr = N - r0 < k->tile_mr ? N - r0 : k->tile_mr;
+    int K = w->cols, N = w->rows, mb = block_rows(k, K), r0 = task * mb;
+    int rows = N - r0 < mb ? N - r0 : mb;
     float *wt = j->mm->wt[worker];
     int ldw = wt_stride(K);
-    for (int r = 0; r < mr; r++)
+    for (int r = 0; r < rows; r++)
         k->decode(w, r0 + r, wt + (size_t)r * ldw);
     for (int i0 = 0; i0 < j->n; i0 += k->tile_nx) {
         int nx = j->n - i0 < k->tile_nx ? j->n - i0 : k->tile_nx;
-        k->tile(wt, ldw, mr, K, j->mm->xt + (size_t)i0 * K, k->tile_nx, nx, j->out + (size_t)i0 * N + r0, N);
+        for (int t = 0; t < rows; t += k->tile_mr) {
+            int mr = rows - t < k->tile_mr ? rows - t : k->tile_mr;
+            k->tile(wt + (size_t)t * ldw, ldw, mr, K, j->mm->xt + (size_t)i0 * K, k->tile_nx, nx,
+                    j->out + (size_t)i0 * N + r0 + t, N);
+        }
     }
 }
 
@@ -358,7 +376,8 @@ void lmx_cpu_mm_run(lmx_cpu_mm *mm, float *out, const float *x, int n, const lmx
     } else {
         mm_job j = {mm, w, x, n, ldx, out};
         lmx_pool_run(mm->pool, (w->cols + PACK_COLS - 1) / PACK_COLS, pack_task, &j);
-        lmx_pool_run(mm->pool, (w->rows + mm->k->tile_mr - 1) / mm->k->tile_mr, tile_task, &j);
+        int mb = block_rows(k, w->cols);
+        lmx_pool_run(mm->pool, (w->rows + mb - 1) / mb, tile_task, &j);
     }
     pthread_mutex_unlock(&mm->lock);
 }

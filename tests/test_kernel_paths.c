@@ -137,12 +137,14 @@ static void check_kernels(const lmx_cpu_kernels *k, const lmx_cpu_kernels *ref, 
     /* N = 64 and K a multiple of 32 take the AMX tiles on that path; K =
      * 192 leaves q4's AVX-512 matvec an odd group after its pairs; K = 96
      * is three groups of 32 (the rest have groups of 64). N = 37 and n = 5,
-     * 17, 40 leave the qgemm tile (32 rows by 6 rows of x) ragged ends. */
-    const int Ks[] = {64, 96, 192, 200, 1024}, Ns[] = {37, 64}, ns[] = {1, 2, 3, 4, 5, 6, 17, 40};
+     * 17, 40 leave the qgemm tile (32 rows by 6 rows of x) ragged ends; N =
+     * 200 is several blocks of float tiles and a short last one. */
+    const int Ks[] = {64, 96, 192, 200, 1024}, Ns[] = {37, 64, 200}, ns[] = {1, 2, 3, 4, 5, 6, 17, 40};
+    const int n_Ns = sizeof Ns / sizeof *Ns;
     CHECK(mm && mr && !lmx_cpu_mm_reserve(mm, 1024) && !lmx_cpu_mm_reserve(mr, 1024), "scratch");
     for (int kind = LMX_WK_F32; kind <= LMX_WK_Q4; kind++)
-        for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks * 2; ki++) {
-            int K = Ks[ki / 2], N = Ns[ki % 2];
+        for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks * n_Ns; ki++) {
+            int K = Ks[ki / n_Ns], N = Ns[ki % n_Ns];
             if (kind >= LMX_WK_Q8 && !lmx_quant_group(K))
                 continue;
             void *keep;
