@@ -122,9 +122,10 @@ static void check_attn_f16(const lmx_cpu_kernels *k, const lmx_cpu_kernels *ref)
     }
 }
 
-/* The scalar product with x rounded to 8 bits per weight group, as the
- * integer GEMM tile (qgemm) rounds it: the scalar matvec, 4 rows a call. */
-static void ref_rounded_x(lmx_cpu_mm *mr, float *out, const float *x, int n, const lmx_cpu_weight *w)
+/* The scalar matvec, 4 rows a call: for q8/q4 weights x is rounded to 8
+ * bits per weight group, as the integer GEMM tile (qgemm) rounds it; for
+ * float weights a reference that shares nothing with the tile driver. */
+static void ref_matvec(lmx_cpu_mm *mr, float *out, const float *x, int n, const lmx_cpu_weight *w)
 {
     for (int i = 0; i < n; i += 4)
         lmx_cpu_mm_run(mr, out + (size_t)i * w->rows, x + (size_t)i * w->cols, n - i < 4 ? n - i : 4, w);
@@ -138,10 +139,11 @@ static void check_kernels(const lmx_cpu_kernels *k, const lmx_cpu_kernels *ref, 
      * 192 leaves q4's AVX-512 matvec an odd group after its pairs; K = 96
      * is three groups of 32 (the rest have groups of 64). N = 37 and n = 5,
      * 17, 40 leave the qgemm tile (32 rows by 6 rows of x) ragged ends; N =
-     * 200 is several blocks of float tiles and a short last one. */
-    const int Ks[] = {64, 96, 192, 200, 1024}, Ns[] = {37, 64, 200}, ns[] = {1, 2, 3, 4, 5, 6, 17, 40};
+     * 200 is several blocks of float tiles and a short last one; K = 2112
+     * makes those blocks shorter than 64 rows. */
+    const int Ks[] = {64, 96, 192, 200, 1024, 2112}, Ns[] = {37, 64, 200}, ns[] = {1, 2, 3, 4, 5, 6, 17, 40};
     const int n_Ns = sizeof Ns / sizeof *Ns;
-    CHECK(mm && mr && !lmx_cpu_mm_reserve(mm, 1024) && !lmx_cpu_mm_reserve(mr, 1024), "scratch");
+    CHECK(mm && mr && !lmx_cpu_mm_reserve(mm, 2112) && !lmx_cpu_mm_reserve(mr, 2112), "scratch");
     for (int kind = LMX_WK_F32; kind <= LMX_WK_Q4; kind++)
         for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks * n_Ns; ki++) {
             int K = Ks[ki / n_Ns], N = Ns[ki % n_Ns];
@@ -170,12 +172,12 @@ static void check_kernels(const lmx_cpu_kernels *k, const lmx_cpu_kernels *ref, 
              * integer dot products, so only float32 rounding differs. For q8
              * it keeps ~15 bits of x: against float32 x, x's rounding (at
              * most 1/256 of a step of 1/127) adds ~1e-4 at K = 1024 */
-            int qgemm = k->qgemm && kind == LMX_WK_Q4;
+            int qgemm = k->qgemm && kind == LMX_WK_Q4, by_matvec = qgemm || kind < LMX_WK_Q8;
             for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
                 int n = ns[ni];
                 lmx_cpu_mm_run(mm, a, x, n, &w);
-                if (qgemm)
-                    ref_rounded_x(mr, b, x, n, &w);
+                if (by_matvec)
+                    ref_matvec(mr, b, x, n, &w);
                 else
                     lmx_cpu_mm_run(mr, b, x, n, amx_q && n > 4 ? &wr : &w);
                 float worst = 0;
