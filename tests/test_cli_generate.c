@@ -37,6 +37,12 @@ static void check_run(void)
     CHECK(test_run(cmd, &out) == 0 && out && !strncmp(out, text, strlen(text)) && out[strlen(text)] == '\n',
           "streamed '%s' vs json '%s'", out, text);
     free(out);
+    /* weights read in place from the file: the same greedy text */
+    snprintf(cmd, sizeof cmd, "%s run %s --prompt-ids 9707,11,1879,0 -n 5 --temp 0 --ignore-eos --mmap", LMX_BIN,
+             QWEN);
+    CHECK(test_run(cmd, &out) == 0 && out && !strncmp(out, text, strlen(text)) && out[strlen(text)] == '\n',
+          "--mmap '%s' vs '%s'", out, text);
+    free(out);
     free(text);
     /* a text prompt through the chat format, with --verbose stats on stderr */
     snprintf(cmd, sizeof cmd, "%s run %s --chat -p 'Hi there' -n 3 --seed 1 --verbose 2>&1 >/dev/null", LMX_BIN, GEMMA);
