@@ -39,10 +39,12 @@ typedef struct lmx_backend_ops {
     void (*destroy)(lmx_backend *be);
 
     /* A stored weight, seen as [rows, cols] = [shape[0], product of the rest],
-     * or the slice s of it (NULL: whole). CPU: used in place from the
-     * mapping (a column slice is copied); a GPU uploads it, reading only the
+     * or the slice s of it (NULL: whole). lookup: 1 = only single rows of it
+     * are read (an untied embedding table), 0 = products stream all of it.
+     * CPU: matrices copied into huge pages unless lookup (docs/cpu.md), or
+     * used in place from the mapping; a GPU uploads it, reading only the
      * slice. */
-    lmx_tensor *(*weight)(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice *s, lmx_error *err);
+    lmx_tensor *(*weight)(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice *s, int lookup, lmx_error *err);
     /* A zeroed float32 tensor [rows, cols]. */
     lmx_tensor *(*alloc)(lmx_backend *be, int rows, int cols, lmx_error *err);
     void (*free)(lmx_backend *be, lmx_tensor *t);

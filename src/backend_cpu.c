@@ -151,8 +151,10 @@ static void drop_pages(const void *p, size_t bytes)
  * quantized (--quant), or else copied into huge pages where the kernel
  * grants them (unless mmap_weights), with which bf16 decode on two threads
  * read 10-25% more of the machine's bandwidth than from the page cache's
- * 4 KB pages (docs/cpu.md). Vectors (norm weights) stay views. */
-static int load_matrix(cpu_backend *b, lmx_tensor *w, const lmx_st_tensor *t, const lmx_slice *s, int cols)
+ * 4 KB pages (docs/cpu.md). Vectors (norm weights) and tables only looked
+ * up by rows (an untied embedding table) stay views. */
+static int load_matrix(cpu_backend *b, lmx_tensor *w, const lmx_st_tensor *t, const lmx_slice *s, int cols,
+                       int lookup)
 {
     const char *view = (const char *)t->data + (size_t)s->row0 * cols * lmx_dtype_size(t->dtype);
     size_t view_bytes = (size_t)s->rows * cols * lmx_dtype_size(t->dtype);
@@ -173,7 +175,7 @@ static int load_matrix(cpu_backend *b, lmx_tensor *w, const lmx_st_tensor *t, co
             return 0;
         }
     }
-    if (whole_rows && t->ndim >= 2 && b->huge_pages) {
+    if (whole_rows && t->ndim >= 2 && b->huge_pages && !lookup) {
         if (copy_slice(b, w, t, s, cols))
             return -1;
         w->w.data = w->data;
@@ -182,7 +184,8 @@ static int load_matrix(cpu_backend *b, lmx_tensor *w, const lmx_st_tensor *t, co
     return 0;
 }
 
-static lmx_tensor *cpu_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice *slice, lmx_error *err)
+static lmx_tensor *cpu_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice *slice, int lookup,
+                              lmx_error *err)
 {
     int rows, cols;
     lmx_slice s;
@@ -202,7 +205,7 @@ static lmx_tensor *cpu_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx
     *w = (lmx_tensor){.rows = s.rows, .cols = s.cols, .dtype = t->dtype};
     w->w = (lmx_cpu_weight){kind, s.rows, s.cols, NULL, NULL, NULL, 0};
     cpu_backend *b = cpu(be);
-    if (lmx_cpu_mm_reserve(b->mm, s.cols) || load_matrix(b, w, t, &s, cols)) {
+    if (lmx_cpu_mm_reserve(b->mm, s.cols) || load_matrix(b, w, t, &s, cols, lookup)) {
         cpu_free(be, w);
         lmx_fail(err, LMX_ERR_NOMEM, "%s: out of memory for tensor '%s'", t->file, t->name);
         return NULL;

@@ -372,8 +372,9 @@ bool takes_bf16(const lmx_tensor *w) { return w->bits || w->dtype == LMX_DT_BF16
 
 /* Weight matrices of at least two rows whose rows split into groups are
  * quantized when the backend quantizes (as on the CPU); the rest upload as
- * stored. */
-lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice *slice, lmx_error *err)
+ * stored, tables only looked up by rows included. */
+lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice *slice, int /* lookup */,
+                        lmx_error *err)
 {
     cuda_backend *b = cu(be);
     int rows, cols;

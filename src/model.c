@@ -33,6 +33,7 @@ typedef struct binder {
     lmx_rank *rank; /* binds this rank's share (shard.h) */
     const char *prefix;
     lmx_error *err;
+    int lookup; /* the next tensor bound is only looked up by rows (lmx_backend_ops.weight) */
 } binder;
 
 static void format_shape(char *buf, size_t size, const int64_t *shape, int ndim)
@@ -69,7 +70,7 @@ static lmx_tensor *bind(binder *b, const char *name, int64_t rows, int64_t cols,
         return NULL;
     }
     lmx_backend *be = b->rank->be;
-    lmx_tensor *w = be->ops->weight(be, t, b->m->n_ranks > 1 ? s : NULL, b->err);
+    lmx_tensor *w = be->ops->weight(be, t, b->m->n_ranks > 1 ? s : NULL, b->lookup, b->err);
     if (w && b->rank == b->m->ranks) { /* the checkpoint's bytes, counted once */
         b->m->weight_bytes += t->nbytes;
         b->m->n_params += t->nbytes / lmx_dtype_size(t->dtype);
@@ -117,7 +118,7 @@ static lmx_status bind_layer(binder *b, int i, const family_names *fn, lmx_layer
 static lmx_status bind_weights(lmx_model *m, lmx_rank *rk, lmx_error *err)
 {
     const lmx_config *c = &m->cfg;
-    binder b = {m, rk, NULL, err};
+    binder b = {m, rk, NULL, err, !c->tied_embeddings};
     lmx_slice vocab_rows = {rk->plan.vocab0, rk->plan.vocab, 0, c->hidden_size};
     char name[128];
     for (size_t i = 0; i < sizeof text_prefixes / sizeof *text_prefixes && !b.prefix; i++) {
@@ -129,8 +130,9 @@ static lmx_status bind_weights(lmx_model *m, lmx_rank *rk, lmx_error *err)
         return lmx_fail(err, LMX_ERR_FORMAT,
                         "checkpoint: tensor 'model.embed_tokens.weight' is missing (also looked for "
                         "the multimodal names 'model.language_model.*' and 'language_model.model.*')");
-    if (!(rk->embed = bind(&b, "embed_tokens.weight", c->vocab_size, c->hidden_size, &vocab_rows,
-                           "vocab_size, hidden_size")) ||
+    rk->embed = bind(&b, "embed_tokens.weight", c->vocab_size, c->hidden_size, &vocab_rows, "vocab_size, hidden_size");
+    b.lookup = 0;
+    if (!rk->embed ||
         !(rk->final_norm = bind(&b, "norm.weight", c->hidden_size, 0, NULL, "hidden_size")))
         return err ? err->code : LMX_ERR_FORMAT;
     rk->layers = calloc((size_t)c->n_layers, sizeof *rk->layers);
@@ -146,7 +148,7 @@ static lmx_status bind_weights(lmx_model *m, lmx_rank *rk, lmx_error *err)
         rk->lm_head = rk->embed;
         return LMX_OK;
     }
-    binder top = {m, rk, "", err};
+    binder top = {m, rk, "", err, 0};
     for (size_t i = 0; i < sizeof head_names / sizeof *head_names; i++)
         if (lmx_st_find(m->st, head_names[i]))
             return (rk->lm_head = bind(&top, head_names[i], c->vocab_size, c->hidden_size, &vocab_rows,

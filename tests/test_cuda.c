@@ -58,8 +58,8 @@ static both input(pair *p, int rows, int cols, lmx_dtype dt, float amp)
                        .nbytes = n * lmx_dtype_size(dt), .file = "test"};
     lmx_error err = {0};
     /* the GPU first: a quantizing CPU backend drops the source pages */
-    b.g = p->gpu->ops->weight(p->gpu, &t, NULL, &err);
-    b.c = p->cpu->ops->weight(p->cpu, &t, NULL, &err);
+    b.g = p->gpu->ops->weight(p->gpu, &t, NULL, 0, &err);
+    b.c = p->cpu->ops->weight(p->cpu, &t, NULL, 0, &err);
     CHECK(b.c && b.g, "weight: %s", err.message);
     return b;
 }
@@ -109,7 +109,7 @@ static void copy_in(lmx_backend *be, lmx_tensor *t, const float *data, int rows,
     for (int r = 0; r < rows; r++) {
         lmx_st_tensor row = {.name = "t", .dtype = LMX_DT_F32, .ndim = 2, .shape = {1, cols},
                              .data = (void *)(data + (size_t)r * cols), .nbytes = (size_t)cols * 4, .file = "test"};
-        if (!(w = be->ops->weight(be, &row, NULL, &err)))
+        if (!(w = be->ops->weight(be, &row, NULL, 0, &err)))
             break;
         be->ops->copy_rows(be, t, r, w, 0, 1);
         be->ops->free(be, w);
