@@ -104,6 +104,8 @@ static int quantize(cpu_backend *b, lmx_tensor *w)
     return 0;
 }
 
+enum { COPY_ROWS = 256 }; /* rows a copy task takes */
+
 typedef struct copy_job {
     const char *src; /* the slice's first element */
     char *dst;
@@ -120,7 +122,8 @@ static void copy_task(void *ctx, int task, int worker)
 }
 
 /* Copies the slice s of t (whose rows hold cols elements) into w->buf, by
- * the pool: huge pages where the kernel grants them (bigbuf.h). */
+ * the pool (huge pages where the kernel grants them, bigbuf.h), and points
+ * w's data and kernel view at it. */
 static int copy_slice(cpu_backend *b, lmx_tensor *w, const lmx_st_tensor *t, const lmx_slice *s, int cols)
 {
     size_t es = lmx_dtype_size(t->dtype);
@@ -128,9 +131,10 @@ static int copy_slice(cpu_backend *b, lmx_tensor *w, const lmx_st_tensor *t, con
     if (!w->buf.data)
         return -1;
     copy_job j = {(const char *)t->data + ((size_t)s->row0 * cols + s->col0) * es, w->buf.data, (size_t)cols * es,
-                  (size_t)s->cols * es, 256, s->rows};
-    lmx_pool_run(b->pool, (s->rows + 255) / 256, copy_task, &j);
+                  (size_t)s->cols * es, COPY_ROWS, s->rows};
+    lmx_pool_run(b->pool, (s->rows + COPY_ROWS - 1) / COPY_ROWS, copy_task, &j);
     w->data = w->buf.data;
+    w->w.data = w->data;
     return 0;
 }
 
@@ -160,14 +164,13 @@ static int load_matrix(cpu_backend *b, lmx_tensor *w, const lmx_st_tensor *t, co
     size_t view_bytes = (size_t)s->rows * cols * lmx_dtype_size(t->dtype);
     int whole_rows = s->col0 == 0 && s->cols == cols;
     if (whole_rows)
-        w->data = (void *)view;
+        w->data = (void *)(w->w.data = view);
     else if (copy_slice(b, w, t, s, cols))
         return -1;
-    w->w.data = w->data;
     if (b->quant && t->ndim >= 2) {
         if (quantize(b, w))
             return -1;
-        if (w->w.kind == LMX_WK_Q8 || w->w.kind == LMX_WK_Q4) {
+        if (w->qbuf) { /* quantized */
             lmx_bigbuf_free(&w->buf); /* the float source is read no more (embed decodes w->w) */
             w->data = NULL;
             if (whole_rows)
@@ -178,7 +181,6 @@ static int load_matrix(cpu_backend *b, lmx_tensor *w, const lmx_st_tensor *t, co
     if (whole_rows && t->ndim >= 2 && b->huge_pages && !lookup) {
         if (copy_slice(b, w, t, s, cols))
             return -1;
-        w->w.data = w->data;
         drop_pages(view, view_bytes);
     }
     return 0;

@@ -33,7 +33,7 @@ typedef struct binder {
     lmx_rank *rank; /* binds this rank's share (shard.h) */
     const char *prefix;
     lmx_error *err;
-    int lookup; /* the next tensor bound is only looked up by rows (lmx_backend_ops.weight) */
+    int lookup; /* its tensors are only looked up by rows (lmx_backend_ops.weight) */
 } binder;
 
 static void format_shape(char *buf, size_t size, const int64_t *shape, int ndim)
@@ -118,7 +118,7 @@ static lmx_status bind_layer(binder *b, int i, const family_names *fn, lmx_layer
 static lmx_status bind_weights(lmx_model *m, lmx_rank *rk, lmx_error *err)
 {
     const lmx_config *c = &m->cfg;
-    binder b = {m, rk, NULL, err, !c->tied_embeddings};
+    binder b = {m, rk, NULL, err, 0};
     lmx_slice vocab_rows = {rk->plan.vocab0, rk->plan.vocab, 0, c->hidden_size};
     char name[128];
     for (size_t i = 0; i < sizeof text_prefixes / sizeof *text_prefixes && !b.prefix; i++) {
@@ -130,9 +130,10 @@ static lmx_status bind_weights(lmx_model *m, lmx_rank *rk, lmx_error *err)
         return lmx_fail(err, LMX_ERR_FORMAT,
                         "checkpoint: tensor 'model.embed_tokens.weight' is missing (also looked for "
                         "the multimodal names 'model.language_model.*' and 'language_model.model.*')");
-    rk->embed = bind(&b, "embed_tokens.weight", c->vocab_size, c->hidden_size, &vocab_rows, "vocab_size, hidden_size");
-    b.lookup = 0;
-    if (!rk->embed ||
+    binder table = b; /* untied, the table is only looked up; tied, it is the output head too */
+    table.lookup = !c->tied_embeddings;
+    if (!(rk->embed = bind(&table, "embed_tokens.weight", c->vocab_size, c->hidden_size, &vocab_rows,
+                           "vocab_size, hidden_size")) ||
         !(rk->final_norm = bind(&b, "norm.weight", c->hidden_size, 0, NULL, "hidden_size")))
         return err ? err->code : LMX_ERR_FORMAT;
     rk->layers = calloc((size_t)c->n_layers, sizeof *rk->layers);
