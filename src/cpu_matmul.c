@@ -73,17 +73,19 @@ void lmx_cpu_mm_free(lmx_cpu_mm *mm)
     free(mm);
 }
 
-/* Floats of each thread's wt for weights of cols columns. */
+/* Floats of each thread's wt for weights of cols columns: the most any of
+ * the tasks below needs (the AMX path also runs tile_task, for weights it
+ * does not take). */
 static size_t wt_floats(const lmx_cpu_kernels *k, int cols)
 {
     size_t c = (size_t)cols;
-    if (k->amx_gemm) /* a decoded row, then 32 rows of bf16 hi and lo parts */
-        return c * 33;
+    size_t amx = k->amx_gemm ? c * 33 : 0; /* a decoded row, then 32 rows of bf16 hi and lo parts */
     size_t tile = (size_t)k->tile_mr * (size_t)wt_stride(cols); /* block_rows for any K up to cols */
     tile = tile > BLOCK_FLOATS ? tile : BLOCK_FLOATS;
     /* lmx_cpu_kernels.qgemm; qpack_task's row: xd, xqsum, xq, xr */
     size_t q = ((size_t)k->qgemm_mr * (c + 8 * (c / MIN_GROUP + 1)) + 2 * c) / sizeof(float) + 1;
-    return tile > q ? tile : q;
+    size_t most = tile > q ? tile : q;
+    return most > amx ? most : amx;
 }
 
 int lmx_cpu_mm_reserve(lmx_cpu_mm *mm, int cols)
