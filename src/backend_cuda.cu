@@ -154,6 +154,8 @@ struct cuda_backend {
     size_t gemm_ptrs_cap;
 
     int simt_attn; /* LMX_CUDA_ATTN=simt: prefill attention without tensor cores */
+    int wg_attn;   /* head_dim 128 prefill on warpgroup MMA (k_attn_wg): an sm_90a build on a
+                      compute capability 9.0 device, unless LMX_CUDA_ATTN=mma */
 #ifdef LMX_HAVE_NCCL
     ncclComm_t comm; /* tensor parallelism: this rank's communicator (NULL: alone) */
 #endif
@@ -292,6 +294,7 @@ void launch(cuda_backend *b, void (*kernel)(KArgs...), dim3 grid, dim3 block, si
 #include "cuda_pointwise.cuh"
 #include "cuda_gemv.cuh"
 #include "cuda_attention.cuh"
+#include "cuda_attention_wg.cuh"
 
 /* Blocks for a grid-stride loop over n elements. */
 unsigned blocks_for(size_t n, int threads)
@@ -1022,6 +1025,35 @@ void cuda_qk_prepare(lmx_backend *be, lmx_tensor *q, lmx_tensor *k, const lmx_te
     }
 }
 
+/* Whether k_attn_wg runs here (b->wg_attn): its code is in the binary only
+ * for sm_90a, which a device of compute capability 9.0 loads. */
+cudaError_t wgmma_init(cuda_backend *b)
+{
+    const char *attn = getenv("LMX_CUDA_ATTN");
+    int major = 0, minor = 0, *built = NULL, h_built = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, b->device);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, b->device);
+    if (e != cudaSuccess || major != 9 || minor != 0 || (attn && !strcmp(attn, "mma")))
+        return e;
+    if ((e = cudaMalloc((void **)&built, sizeof *built)) != cudaSuccess)
+        return e;
+    k_wgmma_built<<<1, 1, 0, b->stream>>>(built);
+    e = cudaMemcpyAsync(&h_built, built, sizeof h_built, cudaMemcpyDeviceToHost, b->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(b->stream);
+    cudaFree(built);
+    b->wg_attn = e == cudaSuccess && h_built;
+    if (b->wg_attn) {
+        e = cudaFuncSetAttribute((const void *)k_attn_wg<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)wg_shm());
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute((const void *)k_attn_wg<bf16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)wg_shm());
+    }
+    return e;
+}
+
 /* The attention kernels' shared memory beyond the default 48 KB, set once
  * per device (never while a graph is being captured), and how many decode
  * blocks a multiprocessor holds. */
@@ -1048,7 +1080,7 @@ cudaError_t attention_init(cuda_backend *b)
     for (int i = 0; i < 3 && e == cudaSuccess; i++)
         e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b->dec_blocks[i], (const void *)ks[i].k, DEC_WARPS * 32,
                                                           ks[i].shm);
-    return e;
+    return e == cudaSuccess ? wgmma_init(b) : e;
 }
 
 /* Decode attention (up to GEMV_ROWS rows): k_attn_dec over a fixed number
@@ -1098,12 +1130,29 @@ void launch_fa(cuda_backend *b, lmx_tensor *out, const QT *q, const bf16 *kc, co
     launched(b, "attention (flash)");
 }
 
+/* The same on warpgroup MMA (head_dim 128, b->wg_attn). */
+template <typename QT>
+void launch_wg(cuda_backend *b, lmx_tensor *out, const QT *q, const bf16 *kc, const bf16 *vc, int slots,
+               const lmx_attn_params *p, const int *dpos)
+{
+    dim3 grid(p->n_heads, (p->n_rows + WG_Q - 1) / WG_Q);
+    bf16 *ob = bf16_copy(b, out, p->n_rows);
+    launch(b, k_attn_wg<QT>, grid, 256, wg_shm(), f32_unless_copy(b, out, ob), ob, q, kc, vc, slots, p->n_heads,
+           p->n_kv_heads, p->window, p->scale, p->softcap, dpos, p->pos0, p->n_rows);
+    launched(b, "attention (flash, wgmma)");
+}
+
 template <int HD>
 void flash_attention(cuda_backend *b, lmx_tensor *out, const lmx_tensor *q, const bf16 *kc, const bf16 *vc, int slots,
                      const lmx_attn_params *p, const int *dpos)
 {
-    if (q->bf16_rows >= p->n_rows)
+    bool wg = HD == WG_HD && p->head_dim == WG_HD && b->wg_attn;
+    if (q->bf16_rows >= p->n_rows && wg)
+        launch_wg(b, out, (const bf16 *)q->data, kc, vc, slots, p, dpos);
+    else if (q->bf16_rows >= p->n_rows)
         launch_fa<HD>(b, out, (const bf16 *)q->data, kc, vc, slots, p, dpos);
+    else if (wg)
+        launch_wg(b, out, f32(q), kc, vc, slots, p, dpos);
     else
         launch_fa<HD>(b, out, f32(q), kc, vc, slots, p, dpos);
 }

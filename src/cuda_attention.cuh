@@ -75,58 +75,34 @@ template <int HD> __device__ __forceinline__ void acc_init(attn_acc<HD> &a)
     a.l[0] = a.l[1] = 0;
 }
 
-/* One tile of NK keys (t0, t0 + 1, ...) for a warp's MT x 16 queries (a[m]:
- * rows 16m .. 16m + 15), all in shared memory as bf16 with a row pitch of
- * ld elements: Q [16 MT][hd], K and V [NK][hd]. S = Q.K^T on the tensor
- * cores (fragments by ldmatrix; each K and V fragment serves all MT row
- * tiles, so shared-memory reads per product fall with MT), scale,
- * softcap, the mask (tile m's lane row r sees keys lo[m][r] .. hi[m][r];
- * skipped when the warp's rows all see the whole tile, as most tiles of
- * a long causal prefill do), online softmax in registers, O += P.V (V's
- * fragments by ldmatrix.trans). Scores and the running maximum m are kept
- * in base-2 units (log2(e) folded into the scale), so each exponential is
- * one ex2. HD is the compile-time maximum of hd, a multiple of 16. */
-template <int HD, int NK, int MT>
-__device__ __forceinline__ void attn_tile(attn_acc<HD> *a, const bf16 *Qs, const bf16 *Ks, const bf16 *Vs, int ld,
-                                          int hd, int t0, const int (*lo)[2], const int (*hi)[2], float scale,
-                                          float softcap)
+/* Whether every row of the warp (MT x 16 rows, lane rows' keys lo .. hi)
+ * sees all the keys t0 .. t0 + NK - 1, as most tiles of a long causal
+ * prefill do: then no key needs masking. */
+template <int NK, int MT> __device__ __forceinline__ bool tile_whole(int t0, const int (*lo)[2], const int (*hi)[2])
 {
-    int lane = threadIdx.x & 31, tg = lane & 3, lr = lane & 7, mi = lane >> 3;
-    bool whole = true; /* every row of the warp sees keys t0 .. t0 + NK - 1 */
+    bool whole = true;
 #pragma unroll
     for (int m = 0; m < MT; m++)
 #pragma unroll
         for (int r = 0; r < 2; r++)
             whole = whole && lo[m][r] <= t0 && t0 + NK - 1 <= hi[m][r];
-    whole = __all_sync(0xffffffffu, whole);
+    return __all_sync(0xffffffffu, whole);
+}
+
+/* The online softmax of one tile of scores s (a warp's MT x 16 query rows
+ * by NK keys t0, t0 + 1, ..., in mma accumulator layout), which become the
+ * tile's probabilities P: scale, softcap, the mask (tile m's lane row r
+ * sees keys lo[m][r] .. hi[m][r]; skipped when `whole`, tile_whole), and
+ * a's running maximum and sum moved on; corr: the factor for its output
+ * (rescale_o). Scores and the running maximum m are kept in base-2 units
+ * (log2(e) folded into the scale), so each exponential is one ex2. */
+template <int HD, int NK, int MT>
+__device__ __forceinline__ void tile_softmax(attn_acc<HD> *a, float (&s)[MT][NK / 8][4], float (&corr)[MT][2], int t0,
+                                             const int (*lo)[2], const int (*hi)[2], bool whole, float scale,
+                                             float softcap)
+{
+    int tg = threadIdx.x & 3;
     const float L2E = 1.4426950408889634f;
-    float s[MT][NK / 8][4];
-#pragma unroll
-    for (int m = 0; m < MT; m++)
-#pragma unroll
-        for (int n = 0; n < NK / 8; n++)
-            s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0;
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++) {
-        if (kk * 16 >= hd)
-            break;
-        /* Q's A fragments: matrices (rows 0-7 | 8-15) x (columns 0-7 | 8-15) */
-        unsigned qa[MT][4];
-#pragma unroll
-        for (int m = 0; m < MT; m++)
-            ldsm_x4(qa[m], Qs + (16 * m + lr + (mi & 1) * 8) * ld + kk * 16 + (mi >> 1) * 8);
-#pragma unroll
-        for (int n = 0; n < NK / 16; n++) {
-            /* K rows are S's columns: b[0..1] for keys 16n..+7, b[2..3] for the next 8 */
-            unsigned b[4];
-            ldsm_x4(b, Ks + (16 * n + lr + (mi >> 1) * 8) * ld + kk * 16 + (mi & 1) * 8);
-#pragma unroll
-            for (int m = 0; m < MT; m++) {
-                mma_bf16(s[m][2 * n], qa[m], b);
-                mma_bf16(s[m][2 * n + 1], qa[m], b + 2);
-            }
-        }
-    }
     /* Scores u in units whose product with c is base 2: raw (c folds the
      * scale and log2 e, so each probability is one FFMA and one ex2) or,
      * with softcap, already capped in base 2 (c = 1). */
@@ -161,15 +137,15 @@ __device__ __forceinline__ void attn_tile(attn_acc<HD> *a, const bf16 *Qs, const
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 mx[e >> 1] = fmaxf(mx[e >> 1], s[m][n][e]);
-        float corr[2], mc[2];
+        float mc[2];
 #pragma unroll
         for (int r = 0; r < 2; r++) { /* the four lanes of a row hold its keys */
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
             float mn = fmaxf(a[m].m[r], mx[r] * c);
-            corr[r] = mn == -INFINITY ? 1.0f : fast_exp2(a[m].m[r] - mn);
+            corr[m][r] = mn == -INFINITY ? 1.0f : fast_exp2(a[m].m[r] - mn);
             a[m].m[r] = mn;
-            a[m].l[r] *= corr[r];
+            a[m].l[r] *= corr[m][r];
             mc[r] = mn == -INFINITY ? 0.0f : mn; /* a row that sees nothing yet: every p = ex2(-inf) = 0 */
         }
 #pragma unroll
@@ -180,28 +156,87 @@ __device__ __forceinline__ void attn_tile(attn_acc<HD> *a, const bf16 *Qs, const
                 s[m][n][e] = p;
                 a[m].l[e >> 1] += p;
             }
-        /* once every row's maximum holds still (most tiles after the
-         * first few), the output needs no rescaling */
-        if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f))
-#pragma unroll
-            for (int j = 0; j < HD / 8; j++) {
-                a[m].o[j][0] *= corr[0];
-                a[m].o[j][1] *= corr[0];
-                a[m].o[j][2] *= corr[1];
-                a[m].o[j][3] *= corr[1];
-            }
     }
+}
+
+/* The output rescaled to the running maximum tile_softmax moved to (o *=
+ * corr); once every row's maximum holds still (most tiles after the first
+ * few), nothing to do. */
+template <int HD> __device__ __forceinline__ void rescale_o(attn_acc<HD> &a, const float (&corr)[2])
+{
+    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f))
+#pragma unroll
+        for (int j = 0; j < HD / 8; j++) {
+            a.o[j][0] *= corr[0];
+            a.o[j][1] *= corr[0];
+            a.o[j][2] *= corr[1];
+            a.o[j][3] *= corr[1];
+        }
+}
+
+/* The A fragment of P for 16 keys from the scores' accumulators of its
+ * two key octets (the layouts of mma.sync and wgmma alike): rows g and
+ * g + 8, keys 2(lane%4), +1, then the second octet's. */
+__device__ __forceinline__ void p_frag(unsigned *pa, const float (&lo)[4], const float (&hi)[4])
+{
+    pa[0] = pack_bf16(lo[0], lo[1]);
+    pa[1] = pack_bf16(lo[2], lo[3]);
+    pa[2] = pack_bf16(hi[0], hi[1]);
+    pa[3] = pack_bf16(hi[2], hi[3]);
+}
+
+/* One tile of NK keys (t0, t0 + 1, ...) for a warp's MT x 16 queries (a[m]:
+ * rows 16m .. 16m + 15), all in shared memory as bf16 with a row pitch of
+ * ld elements: Q [16 MT][hd], K and V [NK][hd]. S = Q.K^T on the tensor
+ * cores (fragments by ldmatrix; each K and V fragment serves all MT row
+ * tiles, so shared-memory reads per product fall with MT), the softmax
+ * (tile_softmax), O += P.V (V's fragments by ldmatrix.trans). HD is the
+ * compile-time maximum of hd, a multiple of 16. */
+template <int HD, int NK, int MT>
+__device__ __forceinline__ void attn_tile(attn_acc<HD> *a, const bf16 *Qs, const bf16 *Ks, const bf16 *Vs, int ld,
+                                          int hd, int t0, const int (*lo)[2], const int (*hi)[2], float scale,
+                                          float softcap)
+{
+    int lane = threadIdx.x & 31, lr = lane & 7, mi = lane >> 3;
+    bool whole = tile_whole<NK, MT>(t0, lo, hi);
+    float s[MT][NK / 8][4];
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int n = 0; n < NK / 8; n++)
+            s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+        if (kk * 16 >= hd)
+            break;
+        /* Q's A fragments: matrices (rows 0-7 | 8-15) x (columns 0-7 | 8-15) */
+        unsigned qa[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+            ldsm_x4(qa[m], Qs + (16 * m + lr + (mi & 1) * 8) * ld + kk * 16 + (mi >> 1) * 8);
+#pragma unroll
+        for (int n = 0; n < NK / 16; n++) {
+            /* K rows are S's columns: b[0..1] for keys 16n..+7, b[2..3] for the next 8 */
+            unsigned b[4];
+            ldsm_x4(b, Ks + (16 * n + lr + (mi >> 1) * 8) * ld + kk * 16 + (mi & 1) * 8);
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                mma_bf16(s[m][2 * n], qa[m], b);
+                mma_bf16(s[m][2 * n + 1], qa[m], b + 2);
+            }
+        }
+    }
+    float corr[MT][2];
+    tile_softmax<HD, NK, MT>(a, s, corr, t0, lo, hi, whole, scale, softcap);
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+        rescale_o(a[m], corr[m]);
 #pragma unroll
     for (int ks = 0; ks < NK / 16; ks++) {
-        /* P's A fragments are S's accumulator layout of two key octets */
         unsigned pa[MT][4];
 #pragma unroll
-        for (int m = 0; m < MT; m++) {
-            pa[m][0] = pack_bf16(s[m][2 * ks][0], s[m][2 * ks][1]);
-            pa[m][1] = pack_bf16(s[m][2 * ks][2], s[m][2 * ks][3]);
-            pa[m][2] = pack_bf16(s[m][2 * ks + 1][0], s[m][2 * ks + 1][1]);
-            pa[m][3] = pack_bf16(s[m][2 * ks + 1][2], s[m][2 * ks + 1][3]);
-        }
+        for (int m = 0; m < MT; m++)
+            p_frag(pa[m], s[m][2 * ks], s[m][2 * ks + 1]);
 #pragma unroll
         for (int d = 0; d < HD / 16; d++) {
             if (d * 16 >= hd)
@@ -230,15 +265,34 @@ __device__ __forceinline__ void stage_q4(bf16 *dst, const bf16 *src, bool in)
     *(uint2 *)dst = in ? *(const uint2 *)src : make_uint2(0, 0);
 }
 
+/* Shared-memory layouts of a tile of rows of bf16: the element offset of
+ * (row r, column c). pitched: rows ld apart (padded for conflict-free
+ * ldmatrix). swizzled: wgmma's canonical 128-byte-swizzled layout (for K-
+ * and MN-major operands alike), [columns / 64][rows][64], 16-byte chunk j
+ * of a 128-byte row r stored at chunk j ^ (r % 8), from a 1024-byte
+ * aligned base. */
+struct pitched {
+    int ld;
+    __device__ __forceinline__ int operator()(int r, int c) const { return r * ld + c; }
+};
+struct swizzled {
+    int rows;
+    __device__ __forceinline__ int operator()(int r, int c) const
+    {
+        return (c >> 6) * rows * 64 + r * 64 + ((((c >> 3) ^ r) & 7) << 3) + (c & 7);
+    }
+};
+
 /* The K and V rows of keys t0 .. t0 + n - 1 of one head (kh, vh: its first
- * column in the cache; key t in slot t % slots) into Kd, Vd [n][ld], by
- * 16-byte asynchronous copies of `threads` threads from `tid`, one commit
- * group; keys past `last` become zeros, keys from `own` to `last` are left
- * alone (the caller writes them; own > last: none). Each thread copies one
- * 16-byte column of every step-th row, its slot advanced without a
- * division; threads past the last whole row of a step idle (hd / 8 <=
- * threads). */
-__device__ __forceinline__ void stage_kv(bf16 *Kd, bf16 *Vd, int ld, const bf16 *kh, const bf16 *vh, size_t kvs,
+ * column in the cache; key t in slot t % slots) into Kd, Vd laid out by
+ * `at`, by 16-byte asynchronous copies of `threads` threads from `tid`, one
+ * commit group; keys past `last` become zeros, keys from `own` to `last`
+ * are left alone (the caller writes them; own > last: none). Each thread
+ * copies one 16-byte column of every step-th row, its slot advanced
+ * without a division; threads past the last whole row of a step idle (hd /
+ * 8 <= threads). */
+template <typename At>
+__device__ __forceinline__ void stage_kv(bf16 *Kd, bf16 *Vd, At at, const bf16 *kh, const bf16 *vh, size_t kvs,
                                          int slots, int hd, int t0, int n, int last, int own, int tid, int threads)
 {
     int h8 = hd / 8, step = threads / h8, r = tid / h8, c = tid % h8 * 8;
@@ -246,8 +300,8 @@ __device__ __forceinline__ void stage_kv(bf16 *Kd, bf16 *Vd, int ld, const bf16 
     for (; r < n && tid < step * h8; r += step) {
         size_t off = (size_t)slot * kvs + c;
         if (t0 + r < own || t0 + r > last) {
-            cp_async16(Kd + r * ld + c, kh + off, t0 + r <= last);
-            cp_async16(Vd + r * ld + c, vh + off, t0 + r <= last);
+            cp_async16(Kd + at(r, c), kh + off, t0 + r <= last);
+            cp_async16(Vd + at(r, c), vh + off, t0 + r <= last);
         }
         slot += sstep;
         slot -= slot >= slots ? slots : 0;
@@ -346,8 +400,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
      * stage_kv leaves alone. */
     auto stage = [&](int cn, bf16 *Kb) {
         int t0 = lo + cn * DEC_KEYS;
-        stage_kv(Kb, Kb + DEC_KEYS * LD, LD, kh, vh, kvs, slots, hd, t0, DEC_KEYS, last, fz.k ? base : last + 1, lane,
-                 32);
+        stage_kv(Kb, Kb + DEC_KEYS * LD, pitched{LD}, kh, vh, kvs, slots, hd, t0, DEC_KEYS, last,
+                 fz.k ? base : last + 1, lane, 32);
         for (int t = max(base, t0); fz.k && t <= min(last, t0 + DEC_KEYS - 1); t++) {
             size_t at = (size_t)(t - base) * kvs + (size_t)kvh * hd, slot = (size_t)(t % slots) * kvs + kvh * hd;
             float k0[P], k1[P], v0[P], v1[P];
@@ -550,6 +604,46 @@ template <int HD> struct fa_shape {
  * [K][HD + 8], bf16 (padding: conflict-free ldmatrix rows). */
 template <int HD> size_t fa_shm() { return (size_t)(fa_shape<HD>::Q + 4 * fa_shape<HD>::K) * (HD + 8) * 2; }
 
+/* The keys the lane's two rows of a warp's 16 query rows (the first at
+ * position p0) see: lo[r] .. hi[r], causal and within the window. */
+__device__ __forceinline__ void row_keys(int p0, int window, int (&lo)[2], int (&hi)[2])
+{
+    int g = (threadIdx.x & 31) >> 2;
+    for (int r = 0; r < 2; r++) {
+        hi[r] = p0 + g + 8 * r;
+        lo[r] = window > 0 && hi[r] - window + 1 > 0 ? hi[r] - window + 1 : 0;
+    }
+}
+
+/* A warp's 16 finished query rows (block rows w0 .. w0 + 15 of r0's
+ * block, head h) divided by their sums, to out (float32) and/or ob (bf16);
+ * rows from nr on are not written. */
+template <int HD>
+__device__ __forceinline__ void store_rows(const attn_acc<HD> &a, float *out, bf16 *ob, int r0, int w0, int nr, int H,
+                                           int h)
+{
+    int lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = a.l[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        l = 1.0f / l;
+        int row = w0 + g + 8 * r;
+        if (row >= nr)
+            continue;
+        size_t at = ((size_t)(r0 + row) * H + h) * HD + tg * 2;
+#pragma unroll
+        for (int d = 0; d < HD / 8; d++) {
+            float2 v = make_float2(a.o[d][2 * r] * l, a.o[d][2 * r + 1] * l);
+            if (out)
+                *(float2 *)(out + at + d * 8) = v;
+            if (ob)
+                *(unsigned *)(ob + at + d * 8) = pack_bf16(v.x, v.y);
+        }
+    }
+}
+
 /* Prefill attention on the tensor cores (flash-attention style): one block
  * per (head, fa_shape::Q queries), longest blocks first; each warp MT x 16
  * queries. K/V tiles stream into shared memory by asynchronous copies, the
@@ -568,13 +662,14 @@ __global__ void __launch_bounds__(fa_shape<HD>::WARPS * 32, 2)
     extern __shared__ __align__(16) bf16 fsh[];
     bf16 *Qs = fsh, *KV = Qs + FA_Q * LD; /* stage b: K at KV + 2b FA_K LD, V after */
     int h = blockIdx.x, r0 = (gridDim.y - 1 - blockIdx.y) * FA_Q, nr = min(FA_Q, n_rows - r0);
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3, w0 = warp * 16 * MT;
+    int w0 = (threadIdx.x >> 5) * 16 * MT;
     int base = (dpos ? *dpos : pos0) + r0, last = base + nr - 1;
     int lo = window > 0 && base - window + 1 > 0 ? base - window + 1 : 0;
     int kvh = h / (H / KVH), ntiles = (last - lo) / FA_K + 1;
     size_t kvs = (size_t)KVH * HD;
     const bf16 *kh = kc + (size_t)kvh * HD, *vh = vc + (size_t)kvh * HD;
-    stage_kv(KV, KV + FA_K * LD, LD, kh, vh, kvs, slots, HD, lo, FA_K, last, last + 1, threadIdx.x, blockDim.x);
+    stage_kv(KV, KV + FA_K * LD, pitched{LD}, kh, vh, kvs, slots, HD, lo, FA_K, last, last + 1, threadIdx.x,
+             blockDim.x);
     for (int i = threadIdx.x; i < FA_Q * HD / 4; i += blockDim.x) { /* Q, rows past n_rows zero */
         int r = i / (HD / 4), c = i % (HD / 4) * 4;
         stage_q4(Qs + r * LD + c, q + ((size_t)(r0 + min(r, nr - 1)) * H + h) * HD + c, r < nr);
@@ -584,18 +679,15 @@ __global__ void __launch_bounds__(fa_shape<HD>::WARPS * 32, 2)
 #pragma unroll
     for (int m = 0; m < MT; m++) {
         acc_init(a[m]);
-        for (int r = 0; r < 2; r++) {
-            hi_r[m][r] = base + w0 + 16 * m + g + 8 * r;
-            lo_r[m][r] = window > 0 && hi_r[m][r] - window + 1 > 0 ? hi_r[m][r] - window + 1 : 0;
-        }
+        row_keys(base + w0 + 16 * m, window, lo_r[m], hi_r[m]);
     }
     int wfirst = base + w0, wlast = min(wfirst + 16 * MT - 1, last);
     int wlo = window > 0 && wfirst - window + 1 > 0 ? wfirst - window + 1 : 0;
     for (int j = 0; j < ntiles; j++) {
         if (j + 1 < ntiles) {
             bf16 *Kn = KV + ((j + 1) & 1) * 2 * FA_K * LD;
-            stage_kv(Kn, Kn + FA_K * LD, LD, kh, vh, kvs, slots, HD, lo + (j + 1) * FA_K, FA_K, last, last + 1,
-                     threadIdx.x, blockDim.x);
+            stage_kv(Kn, Kn + FA_K * LD, pitched{LD}, kh, vh, kvs, slots, HD, lo + (j + 1) * FA_K, FA_K, last,
+                     last + 1, threadIdx.x, blockDim.x);
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
@@ -609,25 +701,7 @@ __global__ void __launch_bounds__(fa_shape<HD>::WARPS * 32, 2)
     }
 #pragma unroll
     for (int m = 0; m < MT; m++)
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float l = a[m].l[r];
-            l += __shfl_xor_sync(0xffffffffu, l, 1);
-            l += __shfl_xor_sync(0xffffffffu, l, 2);
-            l = 1.0f / l;
-            int row = w0 + 16 * m + g + 8 * r;
-            if (row >= nr)
-                continue;
-            size_t at = ((size_t)(r0 + row) * H + h) * HD + tg * 2;
-#pragma unroll
-            for (int d = 0; d < HD / 8; d++) {
-                float2 v = make_float2(a[m].o[d][2 * r] * l, a[m].o[d][2 * r + 1] * l);
-                if (out)
-                    *(float2 *)(out + at + d * 8) = v;
-                if (ob)
-                    *(unsigned *)(ob + at + d * 8) = pack_bf16(v.x, v.y);
-            }
-        }
+        store_rows(a[m], out, ob, r0, w0 + 16 * m, nr, H, h);
 }
 
 /* Prefill, SIMT ----------------------------------------------------------- */

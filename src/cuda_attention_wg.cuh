@@ -1,0 +1,211 @@
+/* Prefill attention on warpgroup MMA (wgmma, sm_90a: H100 and H200), for
+ * head_dim 128 (Qwen3): FlashAttention-3's arithmetic without its warp
+ * specialization. A block holds WG_Q = 128 queries of one head, 64 for each
+ * of its two warpgroups; K/V tiles of WG_K = 128 keys stream into shared
+ * memory by asynchronous copies, all in wgmma's 128-byte-swizzled layout
+ * (swizzled). Per tile a warpgroup computes S = Q.K^T by wgmma from shared
+ * memory (Q and K both K-major), runs the online softmax of the mma.sync
+ * kernel on it (tile_softmax: S's accumulators have mma.sync's layout, a
+ * warp 16 rows), and O += P.V by wgmma with P from registers and V read
+ * N-major (transposed) from shared memory: no ldmatrix, and 16 times
+ * fewer MMA instructions than k_attn_fa. 64-key tiles were 1-1.5% slower
+ * (bench/RESULTS.md). Built only for sm_90a (the probe k_wgmma_built says
+ * whether it was); elsewhere, and with LMX_CUDA_ATTN=mma, k_attn_fa. */
+#pragma once
+
+enum { WG_Q = 128, WG_K = 128, WG_HD = 128, WG_STAGES = 3 };
+
+/* Shared memory of k_attn_wg: Q [WG_Q][128], then WG_STAGES stages of K
+ * and V [WG_K][128], bf16, and room to align the start to 1024 bytes (the
+ * swizzle's period). */
+size_t wg_shm() { return (size_t)(WG_Q + 2 * WG_STAGES * WG_K) * WG_HD * 2 + 1024; }
+
+/* A wgmma shared-memory matrix descriptor, 128-byte swizzle: the start
+ * address, the leading and stride byte offsets (all in 16-byte units). */
+__device__ __forceinline__ uint64_t wg_desc(const bf16 *p, unsigned lead, unsigned stride)
+{
+    uint64_t a = (unsigned)__cvta_generic_to_shared(p);
+    return ((a & 0x3ffff) >> 4) | (uint64_t)(lead >> 4) << 16 | (uint64_t)(stride >> 4) << 32 | 1ull << 62;
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+/* Waits until at most N of the warpgroup's wgmma groups are in flight. */
+template <int N> __device__ __forceinline__ void wg_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+/* Shared memory written by threads (cp.async, stores) made visible to
+ * wgmma, which reads it through the async proxy. */
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+/* Registers wgmma writes asynchronously: the compiler must not read them
+ * before wg_wait (nor move writes past wg_fence). */
+template <int N> __device__ __forceinline__ void wg_hold(float (&v)[N][4])
+{
+#pragma unroll
+    for (int j = 0; j < N; j++)
+        asm volatile("" : "+f"(v[j][0]), "+f"(v[j][1]), "+f"(v[j][2]), "+f"(v[j][3])::"memory");
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* s (64 x 128, float32) = or += A . B^T over 16 columns, A and B K-major
+ * in shared memory. */
+__device__ __forceinline__ void wg_mma_ss(float (&s)[16][4], uint64_t a, uint64_t b, int accumulate)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(s[0][0]), "+f"(s[0][1]), "+f"(s[0][2]), "+f"(s[0][3]),
+                   "+f"(s[1][0]), "+f"(s[1][1]), "+f"(s[1][2]), "+f"(s[1][3]),
+                   "+f"(s[2][0]), "+f"(s[2][1]), "+f"(s[2][2]), "+f"(s[2][3]),
+                   "+f"(s[3][0]), "+f"(s[3][1]), "+f"(s[3][2]), "+f"(s[3][3]),
+                   "+f"(s[4][0]), "+f"(s[4][1]), "+f"(s[4][2]), "+f"(s[4][3]),
+                   "+f"(s[5][0]), "+f"(s[5][1]), "+f"(s[5][2]), "+f"(s[5][3]),
+                   "+f"(s[6][0]), "+f"(s[6][1]), "+f"(s[6][2]), "+f"(s[6][3]),
+                   "+f"(s[7][0]), "+f"(s[7][1]), "+f"(s[7][2]), "+f"(s[7][3]),
+                   "+f"(s[8][0]), "+f"(s[8][1]), "+f"(s[8][2]), "+f"(s[8][3]),
+                   "+f"(s[9][0]), "+f"(s[9][1]), "+f"(s[9][2]), "+f"(s[9][3]),
+                   "+f"(s[10][0]), "+f"(s[10][1]), "+f"(s[10][2]), "+f"(s[10][3]),
+                   "+f"(s[11][0]), "+f"(s[11][1]), "+f"(s[11][2]), "+f"(s[11][3]),
+                   "+f"(s[12][0]), "+f"(s[12][1]), "+f"(s[12][2]), "+f"(s[12][3]),
+                   "+f"(s[13][0]), "+f"(s[13][1]), "+f"(s[13][2]), "+f"(s[13][3]),
+                   "+f"(s[14][0]), "+f"(s[14][1]), "+f"(s[14][2]), "+f"(s[14][3]),
+                   "+f"(s[15][0]), "+f"(s[15][1]), "+f"(s[15][2]), "+f"(s[15][3])
+                 : "l"(a), "l"(b), "r"(accumulate));
+}
+
+/* o (64 x 128, float32) += A . B over 16 keys, A (P) in registers, B (V)
+ * N-major in shared memory. */
+__device__ __forceinline__ void wg_mma_rs(float (&o)[16][4], const unsigned (&a)[4], uint64_t b)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : "+f"(o[0][0]), "+f"(o[0][1]), "+f"(o[0][2]), "+f"(o[0][3]),
+                   "+f"(o[1][0]), "+f"(o[1][1]), "+f"(o[1][2]), "+f"(o[1][3]),
+                   "+f"(o[2][0]), "+f"(o[2][1]), "+f"(o[2][2]), "+f"(o[2][3]),
+                   "+f"(o[3][0]), "+f"(o[3][1]), "+f"(o[3][2]), "+f"(o[3][3]),
+                   "+f"(o[4][0]), "+f"(o[4][1]), "+f"(o[4][2]), "+f"(o[4][3]),
+                   "+f"(o[5][0]), "+f"(o[5][1]), "+f"(o[5][2]), "+f"(o[5][3]),
+                   "+f"(o[6][0]), "+f"(o[6][1]), "+f"(o[6][2]), "+f"(o[6][3]),
+                   "+f"(o[7][0]), "+f"(o[7][1]), "+f"(o[7][2]), "+f"(o[7][3]),
+                   "+f"(o[8][0]), "+f"(o[8][1]), "+f"(o[8][2]), "+f"(o[8][3]),
+                   "+f"(o[9][0]), "+f"(o[9][1]), "+f"(o[9][2]), "+f"(o[9][3]),
+                   "+f"(o[10][0]), "+f"(o[10][1]), "+f"(o[10][2]), "+f"(o[10][3]),
+                   "+f"(o[11][0]), "+f"(o[11][1]), "+f"(o[11][2]), "+f"(o[11][3]),
+                   "+f"(o[12][0]), "+f"(o[12][1]), "+f"(o[12][2]), "+f"(o[12][3]),
+                   "+f"(o[13][0]), "+f"(o[13][1]), "+f"(o[13][2]), "+f"(o[13][3]),
+                   "+f"(o[14][0]), "+f"(o[14][1]), "+f"(o[14][2]), "+f"(o[14][3]),
+                   "+f"(o[15][0]), "+f"(o[15][1]), "+f"(o[15][2]), "+f"(o[15][3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+#endif
+
+/* Writes 1 to *built when this binary holds k_attn_wg's code (sm_90a). */
+__global__ void k_wgmma_built(int *built)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    *built = 1;
+#else
+    *built = 0;
+#endif
+}
+
+/* One block per (head, WG_Q queries), longest blocks first; q float32 or
+ * bf16 (QT); the output in float32 (out) and/or bf16 (ob). Per tile j a
+ * warpgroup issues S_j = Q.K_j^T and O += P_(j-1).V_(j-1) together, then
+ * runs tile j's softmax while the second product is still on the tensor
+ * cores, and rescales O once it is done: three stages of K/V, as tile j's
+ * keys, tile j - 1's values and tile j + 1's copies are all in use. */
+template <typename QT>
+__global__ void __launch_bounds__(256, 1)
+    k_attn_wg(float *out, bf16 *ob, const QT *q, const bf16 *kc, const bf16 *vc, int slots, int H, int KVH,
+              int window, float scale, float softcap, const int *dpos, int pos0, int n_rows)
+{
+    pdl_trigger();
+    pdl_wait();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ unsigned char wsh[];
+    bf16 *Qs = (bf16 *)(((uintptr_t)wsh + 1023) & ~(uintptr_t)1023), *KV = Qs + WG_Q * WG_HD;
+    const int STAGE = 2 * WG_K * WG_HD; /* stage b: K at KV + b STAGE, V WG_K rows after */
+    int h = blockIdx.x, r0 = (gridDim.y - 1 - blockIdx.y) * WG_Q, nr = min(WG_Q, n_rows - r0);
+    int warp = threadIdx.x >> 5, w0 = warp * 16, g0 = (warp >> 2) * 64; /* the warp's and warpgroup's rows */
+    int base = (dpos ? *dpos : pos0) + r0, last = base + nr - 1;
+    int lo = window > 0 && base - window + 1 > 0 ? base - window + 1 : 0;
+    int kvh = h / (H / KVH), ntiles = (last - lo) / WG_K + 1;
+    size_t kvs = (size_t)KVH * WG_HD;
+    const bf16 *kh = kc + (size_t)kvh * WG_HD, *vh = vc + (size_t)kvh * WG_HD;
+    auto stage = [&](int j) { /* tile j's keys and values into stage j % WG_STAGES */
+        bf16 *Kd = KV + j % WG_STAGES * STAGE;
+        stage_kv(Kd, Kd + WG_K * WG_HD, swizzled{WG_K}, kh, vh, kvs, slots, WG_HD, lo + j * WG_K, WG_K, last,
+                 last + 1, threadIdx.x, blockDim.x);
+    };
+    stage(0);
+    for (int i = threadIdx.x; i < WG_Q * WG_HD / 4; i += blockDim.x) { /* Q, rows past n_rows zero */
+        int r = i / (WG_HD / 4), c = i % (WG_HD / 4) * 4;
+        stage_q4(Qs + swizzled{WG_Q}(r, c), q + ((size_t)(r0 + min(r, nr - 1)) * H + h) * WG_HD + c, r < nr);
+    }
+    attn_acc<WG_HD> a;
+    acc_init(a);
+    int lo_r[1][2], hi_r[1][2];
+    row_keys(base + w0, window, lo_r[0], hi_r[0]);
+    float s[1][WG_K / 8][4];
+    unsigned pa[WG_K / 16][4]; /* P of tile j - 1 for its P.V */
+    /* Every warpgroup takes every tile of the block (the mask zeroes what
+     * its rows do not see): wgmma issued under a condition would be
+     * serialized by the compiler. */
+    auto pv = [&](int j) { /* issues O += P.V of tile j (P in pa) */
+        const bf16 *Vb = KV + j % WG_STAGES * STAGE + WG_K * WG_HD;
+#pragma unroll
+        for (int ks = 0; ks < WG_K / 16; ks++) /* 16 keys: two 8-row groups, 2048 bytes */
+            wg_mma_rs(a.o, pa[ks], wg_desc(Vb + ks * 16 * 64, WG_K * 128, 1024));
+    };
+    for (int j = 0; j < ntiles; j++) {
+        cp_async_wait<0>();
+        fence_async_smem(); /* the copies (and Q's stores) visible to wgmma's reads */
+        __syncthreads();    /* tile j in; tile j - 2's stage read by every warpgroup */
+        wg_hold(a.o);
+        wg_fence();
+        const bf16 *Kb = KV + j % WG_STAGES * STAGE;
+#pragma unroll
+        for (int kk = 0; kk < WG_HD / 16; kk++) { /* a 16-column step: 32 bytes within a 128-byte row */
+            int half = kk >> 2, col = (kk & 3) * 16;
+            wg_mma_ss(s[0], wg_desc(Qs + half * WG_Q * 64 + g0 * 64 + col, 16, 1024),
+                      wg_desc(Kb + half * WG_K * 64 + col, 16, 1024), kk > 0);
+        }
+        wg_commit();
+        if (j > 0)
+            pv(j - 1);
+        wg_commit(); /* P.V's group, empty for tile 0 */
+        if (j + 1 < ntiles) /* the copies issued while the tensor cores work */
+            stage(j + 1);
+        wg_wait<1>(); /* S_j; P.V may still run */
+        wg_hold(s[0]);
+        int t0 = lo + j * WG_K;
+        float corr[1][2];
+        tile_softmax<WG_HD, WG_K, 1>(&a, s, corr, t0, lo_r, hi_r, tile_whole<WG_K, 1>(t0, lo_r, hi_r), scale,
+                                     softcap);
+        wg_wait<0>(); /* P.V done: its output and P's registers free */
+        wg_hold(a.o);
+        rescale_o(a, corr[0]);
+#pragma unroll
+        for (int ks = 0; ks < WG_K / 16; ks++)
+            p_frag(pa[ks], s[0][2 * ks], s[0][2 * ks + 1]);
+    }
+    wg_hold(a.o);
+    wg_fence();
+    pv(ntiles - 1);
+    wg_commit();
+    wg_wait<0>();
+    wg_hold(a.o);
+    store_rows(a, out, ob, r0, w0, nr, H, h);
+#endif
+}
