@@ -13,7 +13,9 @@
 # alternately, REPS times: llama-bench prefill (-p $PROMPT, with -n $GEN
 # from an empty context for reference) and decode at the depth lmx decodes
 # at (-n $GEN -d $PROMPT), then `lmx bench --prompt $PROMPT --gen $GEN` (once
-# per KV cache type in $KV); every line of results goes to $OUT (JSON lines) and a
+# per KV cache type in $KV; with PREFILL_BF16=1, bf16 weights once more with
+# --prefill-bf16, x rounded to bf16 in prompts: an extra row against the same
+# llama.cpp BF16 numbers); every line of results goes to $OUT (JSON lines) and a
 # summary table (best of the runs, lmx / llama.cpp) to stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +31,8 @@ REPS=${REPS:-3}
 FORMATS=${FORMATS:-none:bf16 q8:q8_0 q4:q4_0}
 # lmx's KV cache types to run (--kv); llama.cpp keeps its cache in f16
 KV=${KV:-f32}
+# 1: bf16 weights also with lmx --prefill-bf16 (docs/cpu.md)
+PREFILL_BF16=${PREFILL_BF16:-0}
 OUT=${OUT:-$MODELS/results.jsonl}
 mkdir -p "$MODELS"
 : > "$OUT"
@@ -62,9 +66,13 @@ for model in "$@"; do
                 sed "s/^{/{\"tool\": \"llama.cpp\", \"model\": \"$model\", \"quant\": \"$q\", \"phase\": \"prefill\", /" >> "$OUT"
             "$BIN/llama-bench" -m "$gf" -t "$T" -p 0 -n "$GEN" -d "$PROMPT" -r 1 -o jsonl 2>/dev/null |
                 sed "s/^{/{\"tool\": \"llama.cpp\", \"model\": \"$model\", \"quant\": \"$q\", \"phase\": \"decode\", /" >> "$OUT"
+            xs=("")
+            [ "$q" = none ] && [ "$PREFILL_BF16" = 1 ] && xs+=(--prefill-bf16)
             for kv in $KV; do
-                "$LMX" bench "$dir" --prompt "$PROMPT" --gen "$GEN" --threads "$T" --quant "$q" --kv "$kv" --json |
-                    sed "s/^{/{\"tool\": \"lmx\", \"model_name\": \"$model\", /" >> "$OUT"
+                for x in "${xs[@]}"; do
+                    "$LMX" bench "$dir" --prompt "$PROMPT" --gen "$GEN" --threads "$T" --quant "$q" --kv "$kv" $x --json |
+                        sed "s/^{/{\"tool\": \"lmx\", \"model_name\": \"$model\", /" >> "$OUT"
+                done
             done
         done
     done
@@ -76,12 +84,14 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 # best of the runs: on a shared machine the fastest run is the one least
 # disturbed by others; both tools are measured the same way
 def best(xs): return max(xs) if xs else float("nan")
-keys = sorted({(r.get("model_name") or r["model"], r["quant"], r["kv"]) for r in rows if r["tool"] == "lmx"})
+keys = sorted({(r.get("model_name") or r["model"], r["quant"], r["kv"], r.get("prefill_x", "f32"))
+               for r in rows if r["tool"] == "lmx"}, key=lambda k: (*k[:3], k[3] == "bf16"))
 print(f"| model | lmx / llama.cpp | prefill tok/s lmx | llama.cpp | ratio | decode tok/s lmx | llama.cpp | ratio | llama.cpp decode at depth 0 | lmx decode GB/s | % of probe |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 names = {"none": "bf16 / BF16", "q8": "q8 / Q8_0", "q4": "q4 / Q4_0"}
-for m, q, kv in keys:
-    L = [r for r in rows if r["tool"] == "lmx" and r["model_name"] == m and r["quant"] == q and r["kv"] == kv]
+for m, q, kv, x in keys:
+    L = [r for r in rows if r["tool"] == "lmx" and r["model_name"] == m and r["quant"] == q and r["kv"] == kv
+         and r.get("prefill_x", "f32") == x]
     ll = [r for r in rows if r["tool"] == "llama.cpp" and r["model"] == m and r["quant"] == q]
     P = [r["avg_ts"] for r in ll if r["n_prompt"] > 0]
     D = [r["avg_ts"] for r in ll if r["n_gen"] > 0 and r["n_depth"] > 0]
@@ -89,5 +99,5 @@ for m, q, kv in keys:
     lp, ld = best([r["prefill_tok_s"] for r in L]), best([r["decode_tok_s"] for r in L])
     bw = best([r["decode_bytes_s"] for r in L]) / 1e9
     probe = best([r["bandwidth_bytes_s"] for r in L]) / 1e9
-    print(f"| {m} | {names[q]}{', lmx KV f16' if kv == 'f16' else ''} | {lp:.1f} | {best(P):.1f} | {lp / best(P):.2f} | {ld:.2f} | {best(D):.2f} | {ld / best(D):.2f} | {best(D0):.2f} | {bw:.1f} | {100 * bw / probe:.0f}% of {probe:.1f} |")
+    print(f"| {m} | {names[q]}{', lmx KV f16' if kv == 'f16' else ''}{', lmx --prefill-bf16' if x == 'bf16' else ''} | {lp:.1f} | {best(P):.1f} | {lp / best(P):.2f} | {ld:.2f} | {best(D):.2f} | {ld / best(D):.2f} | {best(D0):.2f} | {bw:.1f} | {100 * bw / probe:.0f}% of {probe:.1f} |")
 PY

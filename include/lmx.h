@@ -54,6 +54,11 @@ typedef struct lmx_load_options {
     int mmap_weights; /* CPU only: 1 = read float weights in place from the file mapping (quick
                         load, 4 KB pages); 0 = copy weight matrices into transparent huge pages
                         where the kernel grants them (slower load, faster decode; docs/cpu.md) */
+    int prefill_bf16; /* CPU only: 1 = in prompts, round activations to bfloat16 before products with
+                        bf16 weights, for AVX-512 BF16 dot products at twice the float32 rate; logits
+                        move ~1e-2 relative (as llama.cpp's and the CUDA backend's); 0 = float32
+                        activations (exact to the fixtures). No effect on CPUs without AVX512_BF16
+                        or on other weight types (docs/cpu.md) */
 } lmx_load_options;
 
 /* lmx_load_options.device. AUTO: the environment variable LMX_DEVICE ("cpu"

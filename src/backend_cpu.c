@@ -505,7 +505,8 @@ static const lmx_backend_ops cpu_ops = {
     .alloc_cache = cpu_alloc_cache,
 };
 
-lmx_backend *lmx_backend_cpu_new(int n_threads, int quant, int kv_f16, int mmap_weights, lmx_error *err)
+lmx_backend *lmx_backend_cpu_new(int n_threads, int quant, int kv_f16, int mmap_weights, int prefill_bf16,
+                                 lmx_error *err)
 {
     lmx_cpu_path path;
     if (quant != 0 && quant != 8 && quant != 4) {
@@ -521,6 +522,10 @@ lmx_backend *lmx_backend_cpu_new(int n_threads, int quant, int kv_f16, int mmap_
                  mmap_weights);
         return NULL;
     }
+    if (prefill_bf16 != 0 && prefill_bf16 != 1) {
+        lmx_fail(err, LMX_ERR_ARG, "lmx_load: prefill_bf16 = %d; want 0 (float32 x) or 1 (bf16 x)", prefill_bf16);
+        return NULL;
+    }
     if (lmx_cpu_path_select(&path, err))
         return NULL;
     cpu_backend *b = calloc(1, sizeof *b);
@@ -534,7 +539,7 @@ lmx_backend *lmx_backend_cpu_new(int n_threads, int quant, int kv_f16, int mmap_
     b->quant = quant;
     b->kv_f16 = kv_f16;
     b->huge_pages = !mmap_weights && lmx_bigbuf_huge_pages();
-    if (!(b->mm = lmx_cpu_mm_new(b->k, b->pool))) {
+    if (!(b->mm = lmx_cpu_mm_new(b->k, b->pool, prefill_bf16))) {
         cpu_destroy(&b->base);
         lmx_fail(err, LMX_ERR_NOMEM, "cannot allocate the CPU backend's scratch");
         return NULL;
@@ -543,7 +548,7 @@ lmx_backend *lmx_backend_cpu_new(int n_threads, int quant, int kv_f16, int mmap_
 }
 
 lmx_status lmx_backend_cpu_new_group(int n_ranks, int n_threads, int quant, int kv_f16, int mmap_weights,
-                                     lmx_backend **out, lmx_error *err)
+                                     int prefill_bf16, lmx_backend **out, lmx_error *err)
 {
     cpu_group *g = calloc(1, sizeof *g);
     float **parts = calloc((size_t)n_ranks, sizeof *parts);
@@ -556,7 +561,7 @@ lmx_status lmx_backend_cpu_new_group(int n_ranks, int n_threads, int quant, int 
     g->n_ranks = n_ranks;
     g->parts = parts;
     for (int r = 0; r < n_ranks; r++) {
-        if (!(out[r] = lmx_backend_cpu_new(n_threads, quant, kv_f16, mmap_weights, err))) {
+        if (!(out[r] = lmx_backend_cpu_new(n_threads, quant, kv_f16, mmap_weights, prefill_bf16, err))) {
             while (r--)
                 out[r]->ops->destroy(out[r]);
             pthread_barrier_destroy(&g->barrier);
@@ -589,6 +594,11 @@ const char *lmx_backend_cpu_weights(const lmx_backend *be)
 {
     const cpu_backend *b = (const cpu_backend *)be;
     return b->quant ? "quantized" : b->huge_pages ? "huge pages" : "mapped";
+}
+
+const char *lmx_backend_cpu_prefill_x(const lmx_backend *be)
+{
+    return lmx_cpu_mm_bf16_x(((const cpu_backend *)be)->mm) ? "bf16" : "f32";
 }
 
 const char *lmx_backend_cpu_path(const lmx_backend *be)

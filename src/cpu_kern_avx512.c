@@ -519,6 +519,91 @@ static void qgemm_avx512(const lmx_cpu_weight *w, int r0, const lmx_cpu_xpanels 
     }
 }
 
+/* The bf16 GEMM tile (lmx_load_options.prefill_bf16): vdpbf16ps takes two
+ * bf16 products a lane, at twice the float32 FMA rate. BMR weight rows,
+ * repacked so that one vector holds a pair of k of 16 rows, against BNX
+ * rows of x, whose pair of k is broadcast: BV x BNX float32 sums in
+ * registers over all of K. These functions run only where the CPU has
+ * AVX-512 BF16 (lmx_cpu_avx512_bf16): compiled for it on top of the file's
+ * target. */
+enum { BMR = 32, BV = BMR / 16, BNX = 12 };
+#define BF16_TARGET __attribute__((target("avx512bf16")))
+
+/* Rows 0 .. rows of w (at most BMR, K bf16 each; zero rows after) as
+ * wp[(j * BV + v) * 16 + r] = elements 2j, 2j + 1 of row 16v + r (one
+ * uint32 as they lie; an odd K's last pair padded with 0). */
+static void bf16_pack_w(const uint16_t *w, int K, int rows, uint32_t *wp)
+{
+    int K2 = (K + 1) / 2;
+    for (int v = 0; v < BV; v++)
+        for (int c = 0; c < K; c += 32) { /* 32 elements: 16 pairs */
+            __m512i t[16];
+            __mmask32 m = K - c < 32 ? (__mmask32)((1ull << (K - c)) - 1) : ~(__mmask32)0;
+            for (int r = 0; r < 16; r++) {
+                int row = 16 * v + r;
+                t[r] = row < rows ? _mm512_maskz_loadu_epi16(m, w + (size_t)row * K + c) : _mm512_setzero_si512();
+            }
+            transpose16(t);
+            for (int j = 0; j < 16 && c / 2 + j < K2; j++)
+                _mm512_store_si512(wp + ((size_t)(c / 2 + j) * BV + v) * 16, t[j]);
+        }
+}
+
+/* Rows 0 .. rows of x (at most BNX; zero rows after) rounded to bf16 as
+ * one panel: xp[j * BNX + i] = elements 2j, 2j + 1 of row i, 16 pairs of
+ * every row at a time through transpose16 (BNX <= 16), whose vector j
+ * then holds pair j of the rows in its first BNX lanes (a scatter a row
+ * cost ~3 cycles an element). vcvtne2ps2bf16 rounds to nearest even, as
+ * lmx_f32_to_bf16, but flushes denormals to zero (they weigh nothing in a
+ * sum). */
+BF16_TARGET static void bf16_pack_x(const float *x, int K, int rows, uint32_t *xp)
+{
+    int K2 = (K + 1) / 2;
+    for (int c = 0; c < K; c += 32) {
+        int left = K - c;
+        __m512i t[16];
+        for (int i = 0; i < 16; i++) {
+            __m512 x0 = _mm512_setzero_ps(), x1 = x0;
+            if (i < rows) {
+                x0 = ld_f32_tail(x + (size_t)i * K + c, left < 16 ? left : 16);
+                x1 = left > 16 ? ld_f32_tail(x + (size_t)i * K + c + 16, left < 32 ? left - 16 : 16) : x1;
+            }
+            t[i] = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);
+        }
+        transpose16(t);
+        for (int j = 0; j < 16 && c / 2 + j < K2; j++)
+            _mm512_mask_storeu_epi32(xp + (size_t)(c / 2 + j) * BNX, tail_mask(BNX), t[j]);
+    }
+}
+
+/* out[i * ldo + r] = wp's row r . xp's row i, for r < mr, i < nx (wp and
+ * xp as packed above). */
+BF16_TARGET static void bf16_tile(const uint32_t *wp, int mr, int K, const uint32_t *xp, int nx, float *out,
+                                  int ldo)
+{
+    __m512 acc[BV][BNX];
+    for (int v = 0; v < BV; v++)
+        for (int i = 0; i < BNX; i++)
+            acc[v][i] = _mm512_setzero_ps();
+    for (int j = 0; j < (K + 1) / 2; j++) {
+        __m512bh wv[BV];
+        for (int v = 0; v < BV; v++)
+            wv[v] = (__m512bh)_mm512_load_si512(wp + ((size_t)j * BV + v) * 16);
+        for (int i = 0; i < BNX; i++) {
+            __m512bh xv = (__m512bh)_mm512_set1_epi32((int)xp[(size_t)j * BNX + i]);
+            for (int v = 0; v < BV; v++)
+                acc[v][i] = _mm512_dpbf16_ps(acc[v][i], wv[v], xv);
+        }
+    }
+    for (int i = 0; i < BNX; i++) /* constant indices: acc stays in registers */
+        for (int v = 0; v < BV && i < nx; v++) {
+            int left = mr - 16 * v;
+            if (left > 0)
+                _mm512_mask_storeu_ps(out + (size_t)i * ldo + 16 * v, left >= 16 ? 0xffff : tail_mask(left),
+                                      acc[v][i]);
+        }
+}
+
 /* a . b and y += a * x, over float32 or (the KV cache) float16 b and x */
 #define DOT_AXPY(SUFFIX, T, LD, LDT)                                                               \
     static float dot_##SUFFIX(const float *a, const T *b, int n)                                   \
@@ -625,10 +710,11 @@ ATTN_NV(f16_avx512, uint16_t, ld_f16, gen_f16)
     .attn_scores_f16 = attn_scores_f16_avx512, .attn_accum_f16 = attn_accum_f16_avx512, \
     .gated_act = gen_gated_act, .softmax_exp = gen_softmax_exp, .dot = dot_avx512, .axpy = axpy_avx512, .scale = scale_avx512
 
-/* qgemm on this path only: the amx path's prefill stays as it was */
+/* qgemm and the bf16 tile on this path only: the amx path's prefill stays as it was */
 static const lmx_cpu_kernels avx512 = {
     .path = LMX_CPU_AVX512, AVX512_TABLE, .quant_x_fine = gen_quant_x_fine, .qgemm_mr = QMR, .qgemm_nx = QNX,
-    .qgemm = qgemm_avx512};
+    .qgemm = qgemm_avx512, .bf16_mr = BMR, .bf16_nx = BNX, .bf16_pack_w = bf16_pack_w, .bf16_pack_x = bf16_pack_x,
+    .bf16_tile = bf16_tile};
 /* the same, with bf16 prefill on AMX tiles */
 static const lmx_cpu_kernels amx = {
     .path = LMX_CPU_AMX, AVX512_TABLE, .amx_pack_x = lmx_amx_pack_x, .amx_split = lmx_amx_split,

@@ -81,6 +81,20 @@ typedef struct lmx_cpu_kernels {
     int qgemm_mr, qgemm_nx;
     void (*qgemm)(const lmx_cpu_weight *w, int r0, const lmx_cpu_xpanels *x, int n, float *out, int ldo,
                   void *scratch);
+    /* The bf16 GEMM tile (NULL where the path has none; run only where
+     * lmx_cpu_avx512_bf16): bf16 weights against x rounded to bf16
+     * (lmx_load_options.prefill_bf16), two products a lane at twice the
+     * float32 rate. With K2 = (K + 1) / 2 pairs of k (an odd K's last
+     * padded with 0): bf16_pack_w repacks rows 0 .. rows <= bf16_mr of w
+     * (zero rows after) into wp (64-byte aligned, bf16_mr * K2 uint32), a
+     * pair of every row per 64 bytes; bf16_pack_x rounds rows 0 .. rows <=
+     * bf16_nx of x into one panel xp (bf16_nx * K2 uint32, zero rows
+     * after), a pair of every row side by side; bf16_tile writes out[i *
+     * ldo + r] = w[r] . x[i] for r < mr, i < nx from those. */
+    int bf16_mr, bf16_nx;
+    void (*bf16_pack_w)(const uint16_t *w, int K, int rows, uint32_t *wp);
+    void (*bf16_pack_x)(const float *x, int K, int rows, uint32_t *xp);
+    void (*bf16_tile)(const uint32_t *wp, int mr, int K, const uint32_t *xp, int nx, float *out, int ldo);
     /* Attention over a block of nb keys/values at rows k + b * stride:
      * s[b] = q . k_b, and acc[0, hd) += sum_b p[b] * v_b. */
     void (*attn_scores)(const float *q, const float *k, size_t stride, int nb, int hd, float *s);

@@ -15,22 +15,26 @@ enum { MV_ROWS = 4, MIN_GROUP = 32 };
  * streams do not fall into the same L1 sets when K is a multiple of 1024. */
 static int wt_stride(int cols) { return cols + 16; }
 
-/* Weight rows a tile task decodes and keeps: a whole number of tiles, at
- * most 64 and BLOCK_FLOATS, so that each panel of x meets all of them
- * while it is in L2 instead of being read again for every tile (a 512-row
- * x of 1024 columns is 2 MB, past L2). */
+/* bf16 rows repacked for the bf16 tile: pairs of k, one uint32 (a float's room) each. */
+static int pairs(int cols) { return (cols + 1) / 2; }
+
+/* Weight rows a tile task decodes and keeps: a whole number of tiles of mr
+ * rows (of row_floats each), at most 64 and BLOCK_FLOATS, so that each
+ * panel of x meets all of them while it is in L2 instead of being read
+ * again for every tile (a 512-row x of 1024 columns is 2 MB, past L2). */
 enum { BLOCK_FLOATS = 96 << 10 };
 
-static int block_rows(const lmx_cpu_kernels *k, int cols)
+static int block_rows(int mr, int row_floats)
 {
-    int mb = BLOCK_FLOATS / wt_stride(cols) / k->tile_mr * k->tile_mr;
-    return mb < k->tile_mr ? k->tile_mr : mb > 64 ? 64 / k->tile_mr * k->tile_mr : mb;
+    int mb = BLOCK_FLOATS / row_floats / mr * mr;
+    return mb < mr ? mr : mb > 64 ? 64 / mr * mr : mb;
 }
 
 struct lmx_cpu_mm {
     const lmx_cpu_kernels *k;
     lmx_pool *pool;
     pthread_mutex_t lock; /* the scratch below serves one product at a time */
+    int bf16_x;           /* bf16 weights meet x rounded to bf16 (bf16_tile) in products of many rows */
     int cols;             /* capacity, in columns of weights */
     int8_t *xq;           /* MV_ROWS rows of x quantized (lmx_cpu_x) */
     float *xd;            /* MV_ROWS rows of per-group steps and sums */
@@ -42,13 +46,14 @@ struct lmx_cpu_mm {
     size_t xt_cap;
 };
 
-lmx_cpu_mm *lmx_cpu_mm_new(const lmx_cpu_kernels *k, lmx_pool *pool)
+lmx_cpu_mm *lmx_cpu_mm_new(const lmx_cpu_kernels *k, lmx_pool *pool, int bf16_x)
 {
     lmx_cpu_mm *mm = calloc(1, sizeof *mm);
     if (!mm)
         return NULL;
     mm->k = k;
     mm->pool = pool;
+    mm->bf16_x = bf16_x && k->bf16_tile && lmx_cpu_avx512_bf16(NULL);
     pthread_mutex_init(&mm->lock, NULL);
     mm->wt = calloc((size_t)lmx_pool_threads(pool), sizeof *mm->wt);
     if (!mm->wt) {
@@ -57,6 +62,8 @@ lmx_cpu_mm *lmx_cpu_mm_new(const lmx_cpu_kernels *k, lmx_pool *pool)
     }
     return mm;
 }
+
+int lmx_cpu_mm_bf16_x(const lmx_cpu_mm *mm) { return mm->bf16_x; }
 
 void lmx_cpu_mm_free(lmx_cpu_mm *mm)
 {
@@ -80,7 +87,9 @@ static size_t wt_floats(const lmx_cpu_kernels *k, int cols)
 {
     size_t c = (size_t)cols;
     size_t amx = k->amx_gemm ? c * 33 : 0; /* a decoded row, then 32 rows of bf16 hi and lo parts */
-    size_t tile = (size_t)k->tile_mr * (size_t)wt_stride(cols); /* block_rows for any K up to cols */
+    /* block_rows for any K up to cols */
+    size_t tile = (size_t)k->tile_mr * (size_t)wt_stride(cols), bf16 = (size_t)k->bf16_mr * (size_t)pairs(cols);
+    tile = tile > bf16 ? tile : bf16;
     tile = tile > BLOCK_FLOATS ? tile : BLOCK_FLOATS;
     /* lmx_cpu_kernels.qgemm; qpack_task's row: xd, xqsum, xq, xr */
     size_t q = ((size_t)k->qgemm_mr * (c + 8 * (c / MIN_GROUP + 1)) + 2 * c) / sizeof(float) + 1;
@@ -183,6 +192,7 @@ typedef struct mm_job {
     const float *x;
     int n, ldx;
     float *out;
+    int bf16; /* the bf16 tile (bf16_x, bf16 weights) */
 } mm_job;
 
 enum { PACK_COLS = 64 };
@@ -207,26 +217,60 @@ static void pack_task(void *ctx, int task, int worker)
     }
 }
 
-/* One block of weight rows (block_rows), decoded once to float32, against
- * all of x: panel by panel, every tile of the block. */
+/* bf16 x (the bf16 tile): one panel of bf16_nx rows a task, rounded to
+ * bf16 and packed by the kernels, panel p at xt + p * bf16_nx * pairs(K). */
+static void bf16_pack_task(void *ctx, int task, int worker)
+{
+    const mm_job *j = ctx;
+    int K = j->w->cols, NX = j->mm->k->bf16_nx, i0 = task * NX, rows = j->n - i0 < NX ? j->n - i0 : NX;
+    j->mm->k->bf16_pack_x(j->x + (size_t)i0 * K, K, rows, (uint32_t *)j->mm->xt + (size_t)i0 * pairs(K));
+}
+
+/* A tile's shape, and the room of a weight row in the worker's wt. */
+static int tile_mr(const mm_job *j) { return j->bf16 ? j->mm->k->bf16_mr : j->mm->k->tile_mr; }
+static int tile_nx(const mm_job *j) { return j->bf16 ? j->mm->k->bf16_nx : j->mm->k->tile_nx; }
+static int row_floats(const mm_job *j) { return j->bf16 ? pairs(j->w->cols) : wt_stride(j->w->cols); }
+
+/* Weight rows r0 .. r0 + mr into wt: decoded to float32, or repacked
+ * (bf16_pack_w) for the bf16 tile. */
+static void load_tile(const mm_job *j, int r0, int mr, float *wt)
+{
+    const lmx_cpu_kernels *k = j->mm->k;
+    int K = j->w->cols;
+    if (j->bf16) {
+        k->bf16_pack_w((const uint16_t *)j->w->data + (size_t)r0 * K, K, mr, (uint32_t *)wt);
+        return;
+    }
+    for (int r = 0; r < mr; r++)
+        k->decode(j->w, r0 + r, wt + (size_t)r * wt_stride(K));
+}
+
+/* A tile of mr rows loaded at wt against the panel of x at row i0. */
+static void run_tile(const mm_job *j, const float *wt, int mr, int i0, int nx, float *out)
+{
+    const lmx_cpu_kernels *k = j->mm->k;
+    int K = j->w->cols, N = j->w->rows;
+    if (j->bf16)
+        k->bf16_tile((const uint32_t *)wt, mr, K, (const uint32_t *)j->mm->xt + (size_t)i0 * pairs(K), nx, out, N);
+    else
+        k->tile(wt, wt_stride(K), mr, K, j->mm->xt + (size_t)i0 * K, k->tile_nx, nx, out, N);
+}
+
+/* One block of weight rows (block_rows), loaded once, against all of x:
+ * panel by panel, every tile of the block. */
 static void tile_task(void *ctx, int task, int worker)
 {
     const mm_job *j = ctx;
-    const lmx_cpu_kernels *k = j->mm->k;
-    const lmx_cpu_weight *w = j->w;
-    int K = w->cols, N = w->rows, mb = block_rows(k, K), r0 = task * mb;
+    int N = j->w->rows, MR = tile_mr(j), NX = tile_nx(j), mb = block_rows(MR, row_floats(j)), r0 = task * mb;
     int rows = N - r0 < mb ? N - r0 : mb;
+    size_t ldt = (size_t)MR * (size_t)row_floats(j); /* from one tile to the next in wt */
     float *wt = j->mm->wt[worker];
-    int ldw = wt_stride(K);
-    for (int r = 0; r < rows; r++)
-        k->decode(w, r0 + r, wt + (size_t)r * ldw);
-    for (int i0 = 0; i0 < j->n; i0 += k->tile_nx) {
-        int nx = j->n - i0 < k->tile_nx ? j->n - i0 : k->tile_nx;
-        for (int t = 0; t < rows; t += k->tile_mr) {
-            int mr = rows - t < k->tile_mr ? rows - t : k->tile_mr;
-            k->tile(wt + (size_t)t * ldw, ldw, mr, K, j->mm->xt + (size_t)i0 * K, k->tile_nx, nx,
-                    j->out + (size_t)i0 * N + r0 + t, N);
-        }
+    for (int t = 0; t < rows; t += MR)
+        load_tile(j, r0 + t, rows - t < MR ? rows - t : MR, wt + t / MR * ldt);
+    for (int i0 = 0; i0 < j->n; i0 += NX) {
+        int nx = j->n - i0 < NX ? j->n - i0 : NX;
+        for (int t = 0; t < rows; t += MR)
+            run_tile(j, wt + t / MR * ldt, rows - t < MR ? rows - t : MR, i0, nx, j->out + (size_t)i0 * N + r0 + t);
     }
 }
 
@@ -357,28 +401,30 @@ void lmx_cpu_mm_run(lmx_cpu_mm *mm, float *out, const float *x, int n, const lmx
     const lmx_cpu_kernels *k = mm->k;
     int amx = k->amx_gemm && w->rows % 32 == 0 && w->cols % 32 == 0;
     int qgemm = k->qgemm && (w->kind == LMX_WK_Q8 || w->kind == LMX_WK_Q4);
-    int nx = amx ? 32 : qgemm ? k->qgemm_nx : k->tile_nx;
+    int bf16 = mm->bf16_x && w->kind == LMX_WK_BF16 && !amx;
+    int nx = amx ? 32 : qgemm ? k->qgemm_nx : bf16 ? k->bf16_nx : k->tile_nx;
     int ldx = (n + nx - 1) / nx * nx;
     /* AMX: hi and lo, uint16 each, in the room of one float per element */
-    size_t need = qgemm ? qpanel_floats(w, ldx) : (size_t)ldx * (size_t)w->cols;
+    size_t need = qgemm ? qpanel_floats(w, ldx) : (size_t)ldx * (size_t)(bf16 ? pairs(w->cols) : w->cols);
     /* q4 without AMX or qgemm: the integer matvec kernels on x rounded to
      * 8 bits (as decode), MV_ROWS rows a pass, beat decoding q4 weights to
      * float32 tiles; q8's decode is cheaper and its tiles win there
      * (docs/quantization.md) */
+    mm_job j = {mm, w, x, n, ldx, out, bf16};
     if (n <= MV_ROWS || (w->kind == LMX_WK_Q4 && !amx && !qgemm) || ensure_xt(mm, need)) {
         run_matvec(mm, out, x, n, w); /* also the fallback when memory is short */
     } else if (amx) {
-        mm_job j = {mm, w, x, n, ldx, out};
         lmx_pool_run(mm->pool, ldx / 16, amx_pack_task, &j);
         lmx_pool_run(mm->pool, w->rows / 32, amx_gemm_task, &j);
     } else if (qgemm) {
-        mm_job j = {mm, w, x, n, ldx, out};
         lmx_pool_run(mm->pool, ldx / nx, qpack_task, &j);
         lmx_pool_run(mm->pool, (w->rows + k->qgemm_mr - 1) / k->qgemm_mr, qgemm_task, &j);
     } else {
-        mm_job j = {mm, w, x, n, ldx, out};
-        lmx_pool_run(mm->pool, (w->cols + PACK_COLS - 1) / PACK_COLS, pack_task, &j);
-        int mb = block_rows(k, w->cols);
+        if (bf16)
+            lmx_pool_run(mm->pool, ldx / nx, bf16_pack_task, &j);
+        else
+            lmx_pool_run(mm->pool, (w->cols + PACK_COLS - 1) / PACK_COLS, pack_task, &j);
+        int mb = block_rows(tile_mr(&j), row_floats(&j));
         lmx_pool_run(mm->pool, (w->rows + mb - 1) / mb, tile_task, &j);
     }
     pthread_mutex_unlock(&mm->lock);

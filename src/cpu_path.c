@@ -49,19 +49,29 @@ static const char *avx512_lack(void)
     return avx2_lack();
 }
 
-/* AMX: the instructions (CPUID 7.0 EDX bits 22, 24; AVX-512 BF16 in 7.1
- * EAX bit 5), and the kernel's leave to use the tile data state, which
- * Linux grants per process on request. */
-static const char *amx_lack(void)
+/* AVX-512 BF16: CPUID 7.1 EAX bit 5, on top of the AVX-512 path's needs. */
+static const char *avx512_bf16_lack(void)
 {
     unsigned a, b, c, d;
     const char *lack = avx512_lack();
     if (lack)
         return lack;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((d >> 22) & 1) || !((d >> 24) & 1))
-        return "CPU lacks amx-bf16";
     if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1))
         return "CPU lacks avx512bf16";
+    return NULL;
+}
+
+/* AMX: the instructions (CPUID 7.0 EDX bits 22, 24), AVX-512 BF16, and the
+ * kernel's leave to use the tile data state, which Linux grants per
+ * process on request. */
+static const char *amx_lack(void)
+{
+    unsigned a, b, c, d;
+    const char *lack = avx512_bf16_lack();
+    if (lack)
+        return lack;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((d >> 22) & 1) || !((d >> 24) & 1))
+        return "CPU lacks amx-bf16";
 #if defined(__linux__) && defined(SYS_arch_prctl)
     enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
     if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA))
@@ -91,6 +101,18 @@ int lmx_cpu_path_supported(lmx_cpu_path p, const char **why)
 #endif
     else
         lack = "unknown path";
+    if (why)
+        *why = lack;
+    return lack == NULL;
+}
+
+int lmx_cpu_avx512_bf16(const char **why)
+{
+#ifdef LMX_X86
+    const char *lack = avx512_bf16_lack();
+#else
+    const char *lack = "not an x86-64 build";
+#endif
     if (why)
         *why = lack;
     return lack == NULL;

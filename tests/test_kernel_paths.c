@@ -134,7 +134,7 @@ static void ref_matvec(lmx_cpu_mm *mr, float *out, const float *x, int n, const 
 /* The path's matmul against the scalar one, and its decode and vector ops. */
 static void check_kernels(const lmx_cpu_kernels *k, const lmx_cpu_kernels *ref, lmx_pool *pool)
 {
-    lmx_cpu_mm *mm = lmx_cpu_mm_new(k, pool), *mr = lmx_cpu_mm_new(ref, pool);
+    lmx_cpu_mm *mm = lmx_cpu_mm_new(k, pool, 0), *mr = lmx_cpu_mm_new(ref, pool, 0);
     /* N = 64 and K a multiple of 32 take the AMX tiles on that path; K =
      * 192 leaves q4's AVX-512 matvec an odd group after its pairs; K = 96
      * is three groups of 32 (the rest have groups of 64). N = 37 and n = 5,
@@ -251,6 +251,69 @@ static void check_kernels(const lmx_cpu_kernels *k, const lmx_cpu_kernels *ref, 
               hd, ws, wa);
     }
     lmx_cpu_mm_free(mm);
+    lmx_cpu_mm_free(mr);
+}
+
+/* The bf16 tile (lmx_load_options.prefill_bf16) against the scalar matvec
+ * on x rounded to bf16 beforehand: products of bf16 values are exact in
+ * float32, so only the float32 rounding of the sums differs (relative to
+ * the largest result, ~1e-6), whether the tile gets x rounded already or
+ * rounds it itself; x left unrounded, or a misplaced pair of k, would be
+ * off by ~1e-3. Odd K and K not a multiple of 32 take the padding; N = 37
+ * and n = 5, 13, 40 leave ragged tiles and panels, N = 200 several blocks.
+ * Weights of other kinds keep float32 x: the same bits as without. */
+static void check_bf16_tile(const lmx_cpu_kernels *k, const lmx_cpu_kernels *ref, lmx_pool *pool)
+{
+    const char *why = NULL, *name = lmx_cpu_path_name(k->path);
+    if (!k->bf16_tile)
+        return;
+    if (!lmx_cpu_avx512_bf16(&why)) {
+        printf("SKIPPED path %s, bf16 tile: %s\n", name, why);
+        return;
+    }
+    lmx_cpu_mm *mm = lmx_cpu_mm_new(k, pool, 1), *mf = lmx_cpu_mm_new(k, pool, 0), *mr = lmx_cpu_mm_new(ref, pool, 0);
+    CHECK(mm && mf && mr && !lmx_cpu_mm_reserve(mm, 2112) && !lmx_cpu_mm_reserve(mf, 2112) &&
+              !lmx_cpu_mm_reserve(mr, 2112) && lmx_cpu_mm_bf16_x(mm) && !lmx_cpu_mm_bf16_x(mf),
+          "%s bf16 scratch", name);
+    const int Ks[] = {16, 37, 64, 200, 1024, 2112}, Ns[] = {37, 64, 200}, ns[] = {5, 12, 13, 40};
+    float worst = 0;
+    for (int ki = 0; ki < 6; ki++)
+        for (int ni = 0; ni < 3; ni++) {
+            int K = Ks[ki], N = Ns[ni];
+            void *keep;
+            lmx_cpu_weight w = make_weight(LMX_WK_BF16, N, K, &keep);
+            float *x = malloc((size_t)40 * K * sizeof *x), *xr = malloc((size_t)40 * K * sizeof *xr),
+                  *a = malloc((size_t)40 * N * sizeof *a), *b = malloc((size_t)40 * N * sizeof *b);
+            for (int i = 0; i < 40 * K; i++)
+                x[i] = frand(), xr[i] = lmx_bf16_to_f32(lmx_f32_to_bf16(x[i]));
+            for (int pre = 0; pre < 2; pre++)
+                for (int j = 0; j < 4; j++) {
+                    int n = ns[j];
+                    lmx_cpu_mm_run(mm, a, pre ? xr : x, n, &w);
+                    ref_matvec(mr, b, xr, n, &w);
+                    float d = 0, m = test_max_abs(b, (size_t)n * N);
+                    for (int i = 0; i < n * N; i++)
+                        d = fmaxf(d, fabsf(a[i] - b[i]) / m);
+                    worst = fmaxf(worst, d);
+                    CHECK(d < 1e-5f, "%s bf16 tile K %d N %d n %d, x %s: relative diff %g", name, K, N, n,
+                          pre ? "rounded" : "float32", d);
+                }
+            free(keep), free(x), free(xr), free(a), free(b);
+        }
+    printf("path %s, bf16 tile: worst relative diff %g against the scalar matvec on x rounded to bf16\n", name,
+           worst);
+    void *keep;
+    lmx_cpu_weight w = make_weight(LMX_WK_F32, 64, 200, &keep);
+    float *x = malloc((size_t)40 * 200 * sizeof *x), *a = malloc((size_t)40 * 64 * sizeof *a),
+          *b = malloc((size_t)40 * 64 * sizeof *b);
+    for (int i = 0; i < 40 * 200; i++)
+        x[i] = frand();
+    lmx_cpu_mm_run(mm, a, x, 40, &w);
+    lmx_cpu_mm_run(mf, b, x, 40, &w);
+    CHECK(!memcmp(a, b, (size_t)40 * 64 * sizeof *a), "%s bf16 x: f32 weights changed", name);
+    free(keep), free(x), free(a), free(b);
+    lmx_cpu_mm_free(mm);
+    lmx_cpu_mm_free(mf);
     lmx_cpu_mm_free(mr);
 }
 
@@ -374,6 +437,7 @@ int main(void)
         CHECK(k && k->path == (lmx_cpu_path)p, "kernels for %s", name);
         if (k && pool) {
             check_kernels(k, ref, pool);
+            check_bf16_tile(k, ref, pool);
             check_attn_f16(k, ref);
             check_attn_prefill(k, pool);
             check_quant(k);

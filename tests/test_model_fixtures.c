@@ -1,8 +1,9 @@
 /* Logits of every fixture checkpoint against transformers' references
  * (tests/data/<name>/refs.safetensors): one-shot prefill, token-at-a-time
  * decode and prefill in chunks of 5, plus the 20 greedy tokens; then the
- * fixtures again with the float16 KV cache (lmx_load_options.kv_f16), and
- * with the weights read in place from the mapping (mmap_weights). */
+ * fixtures again with the float16 KV cache (lmx_load_options.kv_f16), with
+ * the weights read in place from the mapping (mmap_weights), and with
+ * prompts' x rounded to bf16 (prefill_bf16). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <sys/stat.h>
@@ -12,23 +13,24 @@
 #include "backend_cpu.h"
 #include "bigbuf.h"
 #include "context.h"
+#include "cpu_kernels.h"
 #include "lmx.h"
 #include "model.h"
 #include "safetensors.h"
 #include "testutil.h"
 
 /* The pass under way: the logit tolerance, relative to max(1, max |logit|)
- * of the row, whether the KV cache is float16 and the weights read in
- * place; the worst error seen. */
+ * of the row, whether the KV cache is float16, the weights read in place
+ * and prompts' x rounded to bf16; the worst error seen. */
 static struct {
     float rel;
-    int kv_f16, mmap_weights;
+    int kv_f16, mmap_weights, prefill_bf16;
     float worst_rel;
-} pass = {1e-3f, 0, 0, 0};
+} pass = {1e-3f, 0, 0, 0, 0};
 
 /* Reference margins below which top-1 may legitimately differ: 1e-3 with
- * the float32 cache (as always), twice the tolerance with float16. */
-static float top1_margin(float tol) { return pass.kv_f16 ? 2 * tol : 1e-3f; }
+ * float32 (as always), twice the tolerance with float16 or bf16. */
+static float top1_margin(float tol) { return pass.kv_f16 || pass.prefill_bf16 ? 2 * tol : 1e-3f; }
 
 /* Records and checks the worst |diff| of a row against its tolerance. */
 static void check_worst(const char *tag, int pos, float worst, float scale, const char *what)
@@ -128,6 +130,7 @@ static void check_model_dir(const char *name, const char *dir)
     lmx_load_options o = lmx_load_defaults();
     o.kv_f16 = pass.kv_f16;
     o.mmap_weights = pass.mmap_weights;
+    o.prefill_bf16 = pass.prefill_bf16;
     lmx_model *m = lmx_load(dir, &o, &err);
     CHECK(m != NULL, "load %s: %s", name, err.message);
     lmx_st_set *r = NULL;
@@ -448,6 +451,41 @@ static void check_mmap_weights(void)
     lmx_close(m);
 }
 
+/* Every fixture again, prompts' products with bf16 weights on x rounded to
+ * bf16 (the -tiny fixtures; the -small ones, float32, keep float32 x), then
+ * the option's state: in force where the path has the bf16 tile and the
+ * CPU runs it, an error value when neither 0 nor 1. */
+static void check_prefill_bf16(void)
+{
+    pass.rel = TEST_PREFILL_BF16_TOL;
+    pass.prefill_bf16 = 1;
+    pass.worst_rel = 0;
+    for (int i = 0; i < 4; i++)
+        check_model(fixtures[i]);
+    pass.prefill_bf16 = 0;
+
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/qwen3-tiny", LMX_TEST_DATA);
+    lmx_load_options o = lmx_load_defaults();
+    o.device = LMX_DEVICE_CPU;
+    o.prefill_bf16 = 1;
+    lmx_cpu_path p = LMX_CPU_SCALAR;
+    lmx_error err = {0};
+    lmx_model *m = lmx_load(dir, &o, &err);
+    CHECK(m != NULL && lmx_cpu_path_select(&p, NULL) == LMX_OK, "load qwen3-tiny: %s", err.message);
+    const char *want = lmx_cpu_kernels_for(p)->bf16_tile && lmx_cpu_avx512_bf16(NULL) ? "bf16" : "f32";
+    const char *got = m ? lmx_backend_cpu_prefill_x(m->be) : "-";
+    CHECK(!strcmp(got, want), "prefill_bf16 = 1: x %s, want %s", got, want);
+    printf("prefill bf16 (x %s here): worst max |diff| / max(1, max |logit|) %.3g (tolerance %.3g)\n", got,
+           pass.worst_rel, pass.rel);
+    lmx_close(m);
+    o.prefill_bf16 = 2;
+    m = lmx_load(dir, &o, &err);
+    CHECK(!m && err.code == LMX_ERR_ARG && strstr(err.message, "prefill_bf16"), "prefill_bf16 = 2: %s",
+          m ? "loaded" : err.message);
+    lmx_close(m);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1) {
@@ -463,5 +501,6 @@ int main(int argc, char **argv)
     printf("kv f32: worst max |diff| / max(1, max |logit|) %.3g (tolerance %.3g)\n", pass.worst_rel, pass.rel);
     check_kv_f16();
     check_mmap_weights();
+    check_prefill_bf16();
     return test_finish();
 }

@@ -71,11 +71,12 @@ enum { L = 24 };
 /* Logits at every position of a fixed prompt, evaluated in one call
  * (prefill: the matrix-matrix kernels) or one token a call (decode: the
  * matrix-vector kernels, which for q8/q4 also quantize x); NULL on
- * failure. */
-static float *run(const char *dir, int quant, int one_by_one, int *V)
+ * failure. bf16_x: lmx_load_options.prefill_bf16. */
+static float *run(const char *dir, int quant, int bf16_x, int one_by_one, int *V)
 {
     lmx_load_options o = lmx_load_defaults();
     o.quant = quant;
+    o.prefill_bf16 = bf16_x;
     o.n_threads = 2;
     lmx_error err = {0};
     lmx_model *m = lmx_load(dir, &o, &err);
@@ -98,6 +99,21 @@ static float *run(const char *dir, int quant, int one_by_one, int *V)
     return logits;
 }
 
+/* The prompt's x rounded to bf16 in products with bf16 weights
+ * (prefill_bf16) against float32 x, ref: mean KL (docs/quantization.md),
+ * within q8's bound (bf16 keeps 8 bits of x, q8 8 bits of a weight; 0 for
+ * float32 weights or where the CPU lacks AVX512_BF16). */
+static void check_kl_bf16_x(const char *label, const char *dir, const float *ref, int V, double bound8)
+{
+    double mean = 0;
+    float *b = run(dir, 0, 1, 0, &V);
+    for (int p = 0; b && p < L; p++)
+        mean += kl(ref + (size_t)p * V, b + (size_t)p * V, V) / L;
+    printf("%-14s prefill KL(f32 || bf16 x) = %.3g nats (prefill_bf16, mean over %d positions)\n", label, mean, L);
+    CHECK(mean <= bound8, "%s prefill: KL bf16 x %g > %g", label, mean, bound8);
+    free(b);
+}
+
 /* Mean KL over the prompt's positions for q8 and q4, in prefill and in
  * decode. The bounds are about 2.5x the worst fixture (docs/quantization.md
  * has the numbers): these are random-weight models with sharp logits, a
@@ -109,10 +125,10 @@ static void check_kl(const char *label, const char *dir, double bound8, double b
 {
     for (int dec = 0; dec < 2; dec++) {
         int V = 0;
-        float *ref = run(dir, 0, dec, &V);
+        float *ref = run(dir, 0, 0, dec, &V);
         double mean[2] = {0};
         for (int f = 0; f < 2 && ref; f++) {
-            float *q = run(dir, f ? 4 : 8, dec, &V);
+            float *q = run(dir, f ? 4 : 8, 0, dec, &V);
             for (int p = 0; q && p < L; p++)
                 mean[f] += kl(ref + (size_t)p * V, q + (size_t)p * V, V) / L;
             free(q);
@@ -131,6 +147,8 @@ static void check_kl(const char *label, const char *dir, double bound8, double b
         CHECK(mean[0] <= bound8 * (dec ? 2.5 : 1), "%s %s: KL q8 %g > %g", label, how, mean[0],
               bound8 * (dec ? 2.5 : 1));
         CHECK(mean[1] <= bound4, "%s %s: KL q4 %g > %g", label, how, mean[1], bound4);
+        if (!dec && ref)
+            check_kl_bf16_x(label, dir, ref, V, bound8);
         free(ref);
     }
 }

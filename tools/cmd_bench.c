@@ -152,7 +152,7 @@ static double kv_bytes_at(const lmx_model *m, int pos)
 static int usage(void)
 {
     fprintf(stderr, "usage: lmx bench DIR [--prompt N] [--gen N] [--threads T] [--quant none|q8|q4] [--kv f32|f16]"
-                    " [--mmap] [--json]\n");
+                    " [--mmap] [--prefill-bf16] [--json]\n");
     return 2;
 }
 
@@ -160,7 +160,7 @@ int cmd_bench(int argc, char **argv)
 {
     const char *dir = NULL;
     long prompt = 512, gen = 32, threads = 0;
-    int quant = 0, kv_f16 = 0, mmap_weights = 0, json = 0;
+    int quant = 0, kv_f16 = 0, mmap_weights = 0, prefill_bf16 = 0, json = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
         if (!strcmp(argv[i], "--prompt")) {
@@ -180,6 +180,8 @@ int cmd_bench(int argc, char **argv)
                 return 2;
         } else if (!strcmp(argv[i], "--mmap")) {
             mmap_weights = 1;
+        } else if (!strcmp(argv[i], "--prefill-bf16")) {
+            prefill_bf16 = 1;
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
         } else if (argv[i][0] == '-' || dir) {
@@ -197,6 +199,7 @@ int cmd_bench(int argc, char **argv)
     o.quant = quant;
     o.kv_f16 = kv_f16;
     o.mmap_weights = mmap_weights;
+    o.prefill_bf16 = prefill_bf16;
     o.n_ctx = (int)(prompt + gen);
     o.device = LMX_DEVICE_CPU; /* reads CPU backend internals; GPU: bench/gpu_bench.c */
     lmx_error err = {0};
@@ -267,17 +270,18 @@ int cmd_bench(int argc, char **argv)
     const char *qname = quant == 8 ? "q8" : quant == 4 ? "q4" : "none", *kvname = kv_f16 ? "f16" : "f32";
     if (json) {
         printf("{\"model\": \"%s\", \"type\": \"%s\", \"path\": \"%s\", \"threads\": %d, \"quant\": \"%s\", "
-               "\"kv\": \"%s\", \"weights\": \"%s\", \"prompt\": %ld, \"gen\": %ld, \"load_s\": %.3f, "
+               "\"kv\": \"%s\", \"weights\": \"%s\", \"prefill_x\": \"%s\", \"prompt\": %ld, \"gen\": %ld, \"load_s\": %.3f, "
                "\"prefill_tok_s\": %.2f, \"ttft_s\": %.4f, \"cold_prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, "
                "\"rss_bytes\": %ld, \"peak_rss_bytes\": %ld, \"weight_bytes_per_token\": %.0f, "
                "\"kv_bytes_per_token\": %.0f, \"bandwidth_bytes_s\": %.0f, \"decode_bytes_s\": %.0f, "
                "\"decode_bandwidth_ratio\": %.3f}\n",
                dir, lmx_model_type(m), lmx_backend_cpu_path(m->be), T, qname, kvname, lmx_backend_cpu_weights(m->be),
-               prompt, gen, load_s, pp, prefill_s, (double)prompt / cold_s, tg, rss_kb * 1024, peak_kb * 1024, wbytes,
+               lmx_backend_cpu_prefill_x(m->be), prompt, gen, load_s, pp, prefill_s, (double)prompt / cold_s, tg, rss_kb * 1024, peak_kb * 1024, wbytes,
                kvbytes, bw, eff, bw > 0 ? eff / bw : 0);
     } else {
-        printf("model:              %s (%s), %s path, %d threads, quant %s, kv %s, weights %s\n", dir,
-               lmx_model_type(m), lmx_backend_cpu_path(m->be), T, qname, kvname, lmx_backend_cpu_weights(m->be));
+        printf("model:              %s (%s), %s path, %d threads, quant %s, kv %s, weights %s, prefill x %s\n", dir,
+               lmx_model_type(m), lmx_backend_cpu_path(m->be), T, qname, kvname, lmx_backend_cpu_weights(m->be),
+               lmx_backend_cpu_prefill_x(m->be));
         printf("load:               %.2f s\n", load_s);
         printf("prefill:            %ld tokens in %.3f s = %.1f tok/s (time to first token %.3f s)\n", prompt,
                prefill_s, pp, prefill_s);

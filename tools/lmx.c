@@ -14,7 +14,8 @@ static const struct {
     {"logits", cmd_logits, "logits DIR --ids 1,2,3 --out F.safetensors [--decode] [--chunk N]"},
     {"run", cmd_run, "run DIR -p TEXT [--chat] [--json] [-n N] [--temp F] ...   generate text"},
     {"bench", cmd_bench,
-     "bench DIR [--prompt N] [--gen N] [--threads T] [--quant none|q8|q4] [--kv f32|f16] [--mmap] [--json]"},
+     "bench DIR [--prompt N] [--gen N] [--threads T] [--quant none|q8|q4] [--kv f32|f16] [--mmap] [--prefill-bf16]"
+     " [--json]"},
     {"synth", cmd_synth, "synth --like NAME DIR [--dtype bf16|f16|f32] [--layers N] [--seed S]"},
     {"tokenize", cmd_tokenize, "tokenize DIR [--no-special] [--plain-special] [--jsonl]  text -> ids"},
     {"detokenize", cmd_detokenize, "detokenize DIR [--skip-special] [--jsonl]  ids -> text"},
