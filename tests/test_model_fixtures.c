@@ -65,7 +65,8 @@ static void check_top_row(const char *tag, int pos, const float *ours, const int
         worst = fmaxf(worst, fabsf(ours[ids[j]] - vals[j]));
     check_worst(tag, pos, worst, scale, " over top-8");
     if (vals[0] - vals[1] > top1_margin(pass.rel * scale))
-        CHECK(test_argmax(ours, V) == ids[0], "%s pos %d: top-1 %d, want %d", tag, pos, test_argmax(ours, V), (int)ids[0]);
+        CHECK(test_argmax(ours, V) == ids[0], "%s pos %d: top-1 %d, want %d", tag, pos, test_argmax(ours, V),
+              (int)ids[0]);
 }
 
 /* Runs the prompt in calls of `chunk` tokens (0 = all at once), with the
@@ -405,30 +406,32 @@ static void check_cli_logits(void)
 
 static const char *const fixtures[] = {"qwen3-small", "gemma3-small", "qwen3-tiny", "gemma3-tiny"};
 
-/* Every fixture again, the KV cache in float16. */
-static void check_kv_f16(void)
+/* Every fixture again with one of pass's options on (*option = 1), at
+ * tolerance tol; returns the worst error seen. */
+static float fixtures_with(int *option, float tol)
 {
-    pass.rel = TEST_KV_F16_TOL;
-    pass.kv_f16 = 1;
+    pass.rel = tol;
+    *option = 1;
     pass.worst_rel = 0;
     for (int i = 0; i < 4; i++)
         check_model(fixtures[i]);
-    printf("kv f16: worst max |diff| / max(1, max |logit|) %.3g (tolerance %.3g)\n", pass.worst_rel, pass.rel);
-    pass.kv_f16 = 0;
+    *option = 0;
+    return pass.worst_rel;
+}
+
+/* Every fixture again, the KV cache in float16. */
+static void check_kv_f16(void)
+{
+    float worst = fixtures_with(&pass.kv_f16, TEST_KV_F16_TOL);
+    printf("kv f16: worst max |diff| / max(1, max |logit|) %.3g (tolerance %.3g)\n", worst, pass.rel);
 }
 
 /* Every fixture again, the weights read in place from the mapping (the
  * passes above copied them, into huge pages where the kernel grants them). */
 static void check_mmap_weights(void)
 {
-    pass.rel = 1e-3f;
-    pass.mmap_weights = 1;
-    pass.worst_rel = 0;
-    for (int i = 0; i < 4; i++)
-        check_model(fixtures[i]);
-    printf("weights mapped: worst max |diff| / max(1, max |logit|) %.3g (tolerance %.3g)\n", pass.worst_rel,
-           pass.rel);
-    pass.mmap_weights = 0;
+    float worst = fixtures_with(&pass.mmap_weights, 1e-3f);
+    printf("weights mapped: worst max |diff| / max(1, max |logit|) %.3g (tolerance %.3g)\n", worst, pass.rel);
 
     char dir[512];
     snprintf(dir, sizeof dir, "%s/qwen3-tiny", LMX_TEST_DATA);
@@ -457,12 +460,7 @@ static void check_mmap_weights(void)
  * CPU runs it, an error value when neither 0 nor 1. */
 static void check_prefill_bf16(void)
 {
-    pass.rel = TEST_PREFILL_BF16_TOL;
-    pass.prefill_bf16 = 1;
-    pass.worst_rel = 0;
-    for (int i = 0; i < 4; i++)
-        check_model(fixtures[i]);
-    pass.prefill_bf16 = 0;
+    float worst = fixtures_with(&pass.prefill_bf16, TEST_PREFILL_BF16_TOL);
 
     char dir[512];
     snprintf(dir, sizeof dir, "%s/qwen3-tiny", LMX_TEST_DATA);
@@ -476,8 +474,8 @@ static void check_prefill_bf16(void)
     const char *want = lmx_cpu_kernels_for(p)->bf16_tile && lmx_cpu_avx512_bf16(NULL) ? "bf16" : "f32";
     const char *got = m ? lmx_backend_cpu_prefill_x(m->be) : "-";
     CHECK(!strcmp(got, want), "prefill_bf16 = 1: x %s, want %s", got, want);
-    printf("prefill bf16 (x %s here): worst max |diff| / max(1, max |logit|) %.3g (tolerance %.3g)\n", got,
-           pass.worst_rel, pass.rel);
+    printf("prefill bf16 (x %s here): worst max |diff| / max(1, max |logit|) %.3g (tolerance %.3g)\n", got, worst,
+           pass.rel);
     lmx_close(m);
     o.prefill_bf16 = 2;
     m = lmx_load(dir, &o, &err);
