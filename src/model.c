@@ -278,8 +278,9 @@ lmx_model *lmx_load(const char *dir, const lmx_load_options *opts, lmx_error *er
     if (o.n_ctx == 0)
         o.n_ctx = m->cfg.max_position < 4096 ? m->cfg.max_position : 4096;
     m->opts = o;
-    if (lmx_st_open_dir(dir, &m->st, err) || load_ranks(m, o.n_gpus > 1 ? o.n_gpus : 1, err) ||
-        load_tokenizer(m, dir, err)) {
+    /* the tokenizer before the weights: a broken one fails in milliseconds, not after seconds of loading */
+    if (lmx_st_open_dir(dir, &m->st, err) || load_tokenizer(m, dir, err) ||
+        load_ranks(m, o.n_gpus > 1 ? o.n_gpus : 1, err)) {
         lmx_close(m);
         return NULL;
     }
