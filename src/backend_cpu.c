@@ -505,41 +505,38 @@ static const lmx_backend_ops cpu_ops = {
     .alloc_cache = cpu_alloc_cache,
 };
 
-lmx_backend *lmx_backend_cpu_new(int n_threads, int quant, int kv_f16, int mmap_weights, int prefill_bf16,
-                                 lmx_error *err)
+lmx_backend *lmx_backend_cpu_new(const lmx_load_options *o, lmx_error *err)
 {
     lmx_cpu_path path;
-    if (quant != 0 && quant != 8 && quant != 4) {
-        lmx_fail(err, LMX_ERR_ARG, "lmx_load: quant = %d; want 0 (none), 8 or 4", quant);
+    if (o->quant != 0 && o->quant != 8 && o->quant != 4) {
+        lmx_fail(err, LMX_ERR_ARG, "lmx_load: quant = %d; want 0 (none), 8 or 4", o->quant);
         return NULL;
     }
-    if (kv_f16 != 0 && kv_f16 != 1) {
-        lmx_fail(err, LMX_ERR_ARG, "lmx_load: kv_f16 = %d; want 0 (float32 cache) or 1 (float16)", kv_f16);
-        return NULL;
-    }
-    if (mmap_weights != 0 && mmap_weights != 1) {
-        lmx_fail(err, LMX_ERR_ARG, "lmx_load: mmap_weights = %d; want 0 (copy into huge pages) or 1 (read in place)",
-                 mmap_weights);
-        return NULL;
-    }
-    if (prefill_bf16 != 0 && prefill_bf16 != 1) {
-        lmx_fail(err, LMX_ERR_ARG, "lmx_load: prefill_bf16 = %d; want 0 (float32 x) or 1 (bf16 x)", prefill_bf16);
-        return NULL;
-    }
+    const struct {
+        const char *name, *meaning; /* of 0, then of 1 */
+        int value;
+    } flags[] = {{"kv_f16", "0 (float32 cache) or 1 (float16)", o->kv_f16},
+                 {"mmap_weights", "0 (copy into huge pages) or 1 (read in place)", o->mmap_weights},
+                 {"prefill_bf16", "0 (float32 x) or 1 (bf16 x)", o->prefill_bf16}};
+    for (size_t i = 0; i < sizeof flags / sizeof *flags; i++)
+        if (flags[i].value != 0 && flags[i].value != 1) {
+            lmx_fail(err, LMX_ERR_ARG, "lmx_load: %s = %d; want %s", flags[i].name, flags[i].value, flags[i].meaning);
+            return NULL;
+        }
     if (lmx_cpu_path_select(&path, err))
         return NULL;
     cpu_backend *b = calloc(1, sizeof *b);
-    if (!b || !(b->pool = lmx_pool_new(n_threads))) {
+    if (!b || !(b->pool = lmx_pool_new(o->n_threads))) {
         free(b);
         lmx_fail(err, LMX_ERR_NOMEM, "cannot start the CPU backend's thread pool");
         return NULL;
     }
     b->base.ops = &cpu_ops;
     b->k = lmx_cpu_kernels_for(path);
-    b->quant = quant;
-    b->kv_f16 = kv_f16;
-    b->huge_pages = !mmap_weights && lmx_bigbuf_huge_pages();
-    if (!(b->mm = lmx_cpu_mm_new(b->k, b->pool, prefill_bf16))) {
+    b->quant = o->quant;
+    b->kv_f16 = o->kv_f16;
+    b->huge_pages = !o->mmap_weights && lmx_bigbuf_huge_pages();
+    if (!(b->mm = lmx_cpu_mm_new(b->k, b->pool, o->prefill_bf16))) {
         cpu_destroy(&b->base);
         lmx_fail(err, LMX_ERR_NOMEM, "cannot allocate the CPU backend's scratch");
         return NULL;
@@ -547,8 +544,7 @@ lmx_backend *lmx_backend_cpu_new(int n_threads, int quant, int kv_f16, int mmap_
     return &b->base;
 }
 
-lmx_status lmx_backend_cpu_new_group(int n_ranks, int n_threads, int quant, int kv_f16, int mmap_weights,
-                                     int prefill_bf16, lmx_backend **out, lmx_error *err)
+lmx_status lmx_backend_cpu_new_group(int n_ranks, const lmx_load_options *o, lmx_backend **out, lmx_error *err)
 {
     cpu_group *g = calloc(1, sizeof *g);
     float **parts = calloc((size_t)n_ranks, sizeof *parts);
@@ -561,7 +557,7 @@ lmx_status lmx_backend_cpu_new_group(int n_ranks, int n_threads, int quant, int 
     g->n_ranks = n_ranks;
     g->parts = parts;
     for (int r = 0; r < n_ranks; r++) {
-        if (!(out[r] = lmx_backend_cpu_new(n_threads, quant, kv_f16, mmap_weights, prefill_bf16, err))) {
+        if (!(out[r] = lmx_backend_cpu_new(o, err))) {
             while (r--)
                 out[r]->ops->destroy(out[r]);
             pthread_barrier_destroy(&g->barrier);

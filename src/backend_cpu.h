@@ -7,20 +7,15 @@
 #include <stddef.h>
 
 #include "backend.h"
+#include "lmx.h"
 
-/* n_threads: 0 = all online cores. quant: 0 = weights as stored, 8 or 4 =
- * quantize every matrix on load (docs/quantization.md). kv_f16: 1 = the KV
- * cache in float16, 0 = float32. mmap_weights: 1 = float weights read in
- * place from the mapping, 0 = weight matrices copied into huge pages where
- * the kernel grants them. prefill_bf16: 1 = prompts' products with bf16
- * weights take x rounded to bf16 where the CPU has AVX-512 BF16, 0 =
- * float32 x (lmx_load_options). */
-lmx_backend *lmx_backend_cpu_new(int n_threads, int quant, int kv_f16, int mmap_weights, int prefill_bf16,
-                                 lmx_error *err);
+/* A CPU backend with the CPU fields of o (lmx_load_options, lmx.h):
+ * n_threads (0 = all online cores), quant, kv_f16, mmap_weights and
+ * prefill_bf16; an error naming the field for a value out of range. */
+lmx_backend *lmx_backend_cpu_new(const lmx_load_options *o, lmx_error *err);
 /* n_ranks backends that all-reduce with each other (tensor parallelism on
- * one CPU, to check the split: shard.h), n_threads each. */
-lmx_status lmx_backend_cpu_new_group(int n_ranks, int n_threads, int quant, int kv_f16, int mmap_weights,
-                                     int prefill_bf16, lmx_backend **out, lmx_error *err);
+ * one CPU, to check the split: shard.h), each as lmx_backend_cpu_new(o). */
+lmx_status lmx_backend_cpu_new_group(int n_ranks, const lmx_load_options *o, lmx_backend **out, lmx_error *err);
 /* Bytes the kernels read for a whole weight tensor (after quantization). */
 size_t lmx_backend_cpu_bytes(const lmx_tensor *t);
 /* The SIMD path the backend runs ("avx512", "avx2", "scalar"). */

@@ -209,14 +209,15 @@ static lmx_status new_backends(const lmx_load_options *o, int n_ranks, lmx_backe
             dev = lmx_backend_cuda_available() ? LMX_DEVICE_CUDA : LMX_DEVICE_CPU;
     }
     if (dev == LMX_DEVICE_CPU && n_ranks == 1) {
-        out[0] = lmx_backend_cpu_new(o->n_threads, o->quant, o->kv_f16, o->mmap_weights, o->prefill_bf16, err);
+        out[0] = lmx_backend_cpu_new(o, err);
         return out[0] ? LMX_OK : err ? err->code : LMX_ERR_NOMEM;
     }
     if (dev == LMX_DEVICE_CPU) { /* ranks share the cores */
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        int threads = (o->n_threads ? o->n_threads : cores > 0 ? (int)cores : 1) / n_ranks;
-        return lmx_backend_cpu_new_group(n_ranks, threads > 0 ? threads : 1, o->quant, o->kv_f16,
-                                         o->mmap_weights, o->prefill_bf16, out, err);
+        lmx_load_options rank = *o;
+        rank.n_threads = (o->n_threads ? o->n_threads : cores > 0 ? (int)cores : 1) / n_ranks;
+        rank.n_threads = rank.n_threads > 0 ? rank.n_threads : 1;
+        return lmx_backend_cpu_new_group(n_ranks, &rank, out, err);
     }
     if (dev != LMX_DEVICE_CUDA)
         return lmx_fail(err, LMX_ERR_ARG, "lmx_load: device = %d; want LMX_DEVICE_AUTO, _CPU or _CUDA", dev);

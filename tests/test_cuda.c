@@ -828,7 +828,8 @@ int main(void)
         return 77;
     }
     lmx_error err = {0};
-    pair p = {lmx_backend_cpu_new(0, 0, 0, 0, 0, &err), NULL};
+    lmx_load_options cpu_opts = lmx_load_defaults();
+    pair p = {lmx_backend_cpu_new(&cpu_opts, &err), NULL};
     if (p.cpu)
         p.gpu = lmx_backend_cuda_new(0, 0, &err);
     CHECK(p.cpu && p.gpu, "backends: %s", err.message);
@@ -848,7 +849,8 @@ int main(void)
     if (p.cpu)
         p.cpu->ops->destroy(p.cpu);
     for (int bits = 8; bits >= 4; bits -= 4) {
-        pair q = {lmx_backend_cpu_new(0, bits, 0, 0, 0, &err), NULL};
+        cpu_opts.quant = bits;
+        pair q = {lmx_backend_cpu_new(&cpu_opts, &err), NULL};
         if (q.cpu)
             q.gpu = lmx_backend_cuda_new(0, bits, &err);
         CHECK(q.cpu && q.gpu, "quantizing backends: %s", err.message);
