@@ -160,7 +160,8 @@ int cmd_bench(int argc, char **argv)
 {
     const char *dir = NULL;
     long prompt = 512, gen = 32, threads = 0;
-    int quant = 0, kv_f16 = 0, mmap_weights = 0, prefill_bf16 = 0, json = 0;
+    int json = 0;
+    lmx_load_options o = lmx_load_defaults();
     for (int i = 1; i < argc; i++) {
         const char *v;
         if (!strcmp(argv[i], "--prompt")) {
@@ -173,15 +174,15 @@ int cmd_bench(int argc, char **argv)
             if (!(v = args_value(argc, argv, &i)) || args_int(v, 0, 1024, "--threads", &threads))
                 return 2;
         } else if (!strcmp(argv[i], "--quant")) {
-            if (!(v = args_value(argc, argv, &i)) || genopts_quant(v, &quant))
+            if (!(v = args_value(argc, argv, &i)) || genopts_quant(v, &o.quant))
                 return 2;
         } else if (!strcmp(argv[i], "--kv")) {
-            if (!(v = args_value(argc, argv, &i)) || genopts_kv(v, &kv_f16))
+            if (!(v = args_value(argc, argv, &i)) || genopts_kv(v, &o.kv_f16))
                 return 2;
         } else if (!strcmp(argv[i], "--mmap")) {
-            mmap_weights = 1;
+            o.mmap_weights = 1;
         } else if (!strcmp(argv[i], "--prefill-bf16")) {
-            prefill_bf16 = 1;
+            o.prefill_bf16 = 1;
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
         } else if (argv[i][0] == '-' || dir) {
@@ -194,12 +195,7 @@ int cmd_bench(int argc, char **argv)
     if (!dir)
         return usage();
 
-    lmx_load_options o = lmx_load_defaults();
     o.n_threads = (int)threads;
-    o.quant = quant;
-    o.kv_f16 = kv_f16;
-    o.mmap_weights = mmap_weights;
-    o.prefill_bf16 = prefill_bf16;
     o.n_ctx = (int)(prompt + gen);
     o.device = LMX_DEVICE_CPU; /* reads CPU backend internals; GPU: bench/gpu_bench.c */
     lmx_error err = {0};
@@ -267,16 +263,18 @@ int cmd_bench(int argc, char **argv)
     size_t probe_bytes = 0;
     double bw = probe_bandwidth(T, &probe_bytes);
     double eff = tok_bytes * tg;
-    const char *qname = quant == 8 ? "q8" : quant == 4 ? "q4" : "none", *kvname = kv_f16 ? "f16" : "f32";
+    const char *qname = o.quant == 8 ? "q8" : o.quant == 4 ? "q4" : "none", *kvname = o.kv_f16 ? "f16" : "f32";
     if (json) {
         printf("{\"model\": \"%s\", \"type\": \"%s\", \"path\": \"%s\", \"threads\": %d, \"quant\": \"%s\", "
-               "\"kv\": \"%s\", \"weights\": \"%s\", \"prefill_x\": \"%s\", \"prompt\": %ld, \"gen\": %ld, \"load_s\": %.3f, "
+               "\"kv\": \"%s\", \"weights\": \"%s\", \"prefill_x\": \"%s\", \"prompt\": %ld, \"gen\": %ld, "
+               "\"load_s\": %.3f, "
                "\"prefill_tok_s\": %.2f, \"ttft_s\": %.4f, \"cold_prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, "
                "\"rss_bytes\": %ld, \"peak_rss_bytes\": %ld, \"weight_bytes_per_token\": %.0f, "
                "\"kv_bytes_per_token\": %.0f, \"bandwidth_bytes_s\": %.0f, \"decode_bytes_s\": %.0f, "
                "\"decode_bandwidth_ratio\": %.3f}\n",
                dir, lmx_model_type(m), lmx_backend_cpu_path(m->be), T, qname, kvname, lmx_backend_cpu_weights(m->be),
-               lmx_backend_cpu_prefill_x(m->be), prompt, gen, load_s, pp, prefill_s, (double)prompt / cold_s, tg, rss_kb * 1024, peak_kb * 1024, wbytes,
+               lmx_backend_cpu_prefill_x(m->be), prompt, gen, load_s, pp, prefill_s, (double)prompt / cold_s, tg,
+               rss_kb * 1024, peak_kb * 1024, wbytes,
                kvbytes, bw, eff, bw > 0 ? eff / bw : 0);
     } else {
         printf("model:              %s (%s), %s path, %d threads, quant %s, kv %s, weights %s, prefill x %s\n", dir,
