@@ -4,7 +4,8 @@
  * effective bandwidth (weights read per token + KV cache read) against the
  * copy bandwidth; the 4096-token prefill's arithmetic rate against cuBLAS's
  * bf16 rate on the model's own products. Random token ids; timings are wall
- * clock around lmx_context_eval, which returns with the logits on the host. */
+ * clock around lmx_context_eval, which returns with the logits on the host
+ * (--argmax: decode through lmx_context_eval_argmax, only the id back). */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -187,8 +188,16 @@ static double prefill(lmx_model *m, int n, int chunk, float *logits)
     return best;
 }
 
+/* One decode eval: the logits back, or (argmax) only the greedy id, as a
+ * stream decoding greedily asks for. */
+static lmx_status eval_one(lmx_context *c, const int32_t *id, float *logits, int argmax, lmx_error *err)
+{
+    int32_t next;
+    return argmax ? lmx_context_eval_argmax(c, id, 1, &next, err) : lmx_context_eval(c, id, 1, logits, 0, err);
+}
+
 /* Decode of `gen` tokens after `depth` tokens of context: tok/s. */
-static double decode(lmx_model *m, int depth, int gen, int chunk, float *logits)
+static double decode(lmx_model *m, int depth, int gen, int chunk, float *logits, int argmax)
 {
     lmx_error err = {0};
     int32_t *ids = random_ids(depth + gen + 4, lmx_model_vocab_size(m));
@@ -199,11 +208,11 @@ static double decode(lmx_model *m, int depth, int gen, int chunk, float *logits)
         fail("prefill", &err);
     /* two warm-up steps: the first runs eagerly, the second is recorded */
     for (int i = 0; i < 2; i++)
-        if (lmx_context_eval(c, ids + depth + i, 1, logits, 0, &err))
+        if (eval_one(c, ids + depth + i, logits, argmax, &err))
             fail("decode", &err);
     double t0 = now();
     for (int i = 0; i < gen; i++)
-        if (lmx_context_eval(c, ids + depth + 2 + i, 1, logits, 0, &err))
+        if (eval_one(c, ids + depth + 2 + i, logits, argmax, &err))
             fail("decode", &err);
     double r = gen / (now() - t0);
     lmx_context_free(c);
@@ -214,14 +223,16 @@ static double decode(lmx_model *m, int depth, int gen, int chunk, float *logits)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: gpu_bench DIR [--chunk N] [--gen N] [--gpus N] [--quant q8|q4] [--decode-only [--depth N[,N...]]]\n");
+        fprintf(stderr, "usage: gpu_bench DIR [--chunk N] [--gen N] [--gpus N] [--quant q8|q4] [--decode-only [--depth N[,N...]]] [--argmax]\n");
         return 2;
     }
-    int chunk = 512, gen = 64, profile = 0, gpus = 0, quant = 0;
+    int chunk = 512, gen = 64, profile = 0, gpus = 0, quant = 0, argmax = 0;
     const char *depths = "0";
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--decode-only")) /* decode only, at --depth: variants, profilers */
             profile = 1;
+        else if (!strcmp(argv[i], "--argmax")) /* decode steps give only the greedy id */
+            argmax = 1;
         else if (!strcmp(argv[i], "--chunk") && i + 1 < argc)
             chunk = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--gen") && i + 1 < argc)
@@ -261,13 +272,13 @@ int main(int argc, char **argv)
         kv4096 += kv_row * (c->layers[i].window && c->layers[i].window < 4096 ? c->layers[i].window : 4096);
     if (profile) {
         for (const char *d = depths; d; d = strchr(d, ','), d = d ? d + 1 : NULL) /* one load, several depths */
-            printf("decode at depth %d: %.1f tok/s\n", atoi(d), decode(m, atoi(d), gen, chunk, logits));
+            printf("decode at depth %d: %.1f tok/s\n", atoi(d), decode(m, atoi(d), gen, chunk, logits, argmax));
         lmx_close(m);
         return 0;
     }
     prefill(m, 64, chunk, logits); /* warm-up: module load, cuBLAS heuristics */
     double p512 = prefill(m, 512, chunk, logits), p4096 = prefill(m, 4096, chunk, logits);
-    double d0 = decode(m, 0, gen, chunk, logits), d4096 = decode(m, 4096, gen, chunk, logits);
+    double d0 = decode(m, 0, gen, chunk, logits, argmax), d4096 = decode(m, 4096, gen, chunk, logits, argmax);
     double mm = matmul_rate(c, 4096, 1), mm_const = matmul_rate(c, 4096, 0), pf = p4096 * prefill_flops(c, 4096);
     printf("model %s: %s, %.2f GB weights as stored, %s, loaded in %.1f s; copy bandwidth %.0f GB/s (read + write)\n",
            argv[1], lmx_model_type(m), m->weight_bytes / 1e9, quant == 8 ? "q8" : quant == 4 ? "q4" : "unquantized",

@@ -100,6 +100,10 @@ lmx_status lmx_context_truncate(lmx_context *c, int n, lmx_error *err);
  *   all_positions == 0: vocab_size floats, the last position's logits. */
 lmx_status lmx_context_eval(lmx_context *c, const int32_t *ids, int n, float *logits,
                             int all_positions, lmx_error *err);
+/* As lmx_context_eval, giving only *next: the id of the last position's
+ * largest logit (greedy decoding: the lowest id among equal ones, NaN never
+ * chosen). On a GPU only that id comes back to the host. */
+lmx_status lmx_context_eval_argmax(lmx_context *c, const int32_t *ids, int n, int32_t *next, lmx_error *err);
 
 /* ---- text generation ------------------------------------------------------ */
 

@@ -96,6 +96,10 @@ typedef struct lmx_backend_ops {
      * latest). */
     void (*read)(lmx_backend *be, float *dst, size_t dst_stride, const lmx_tensor *src, int row0,
                  int n_rows);
+    /* Greedy decoding without the logits: the largest value of row `row` of
+     * a float32 tensor and its column by src/argmax.h's rule, into host
+     * memory (inside a step: done by step_end at the latest). */
+    void (*read_argmax)(lmx_backend *be, float *best, int32_t *col, const lmx_tensor *src, int row);
     /* Tensor parallelism (NULL: a backend without it): the first n_rows rows
      * of x become their sum over every rank of the backend's group; every
      * rank calls it, in the same order, from its own thread. */

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "argmax.h"
 #include "bigbuf.h"
 #include "cpu_attention.h"
 #include "cpu_kernels.h"
@@ -439,6 +440,13 @@ static void cpu_read(lmx_backend *be, float *dst, size_t dst_stride, const lmx_t
                (size_t)src->cols * sizeof(float));
 }
 
+static void cpu_read_argmax(lmx_backend *be, float *best, int32_t *col, const lmx_tensor *src, int row)
+{
+    const float *x = f32(src) + (size_t)row * src->cols;
+    *col = lmx_argmax(x, src->cols);
+    *best = x[*col];
+}
+
 /* Every rank sums its share of the elements over the ranks, in rank order,
  * into rank 0's tensor; the others then copy the result. */
 static void cpu_all_reduce(lmx_backend *be, lmx_tensor *x, int n_rows)
@@ -501,6 +509,7 @@ static const lmx_backend_ops cpu_ops = {
     .softcap = cpu_softcap,
     .copy_rows = cpu_copy_rows,
     .read = cpu_read,
+    .read_argmax = cpu_read_argmax,
     .all_reduce = cpu_all_reduce,
     .alloc_cache = cpu_alloc_cache,
 };

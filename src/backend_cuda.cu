@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 extern "C" {
+#include "argmax.h"
 #include "backend_cuda.h"
 #include "cpu_kernels.h"
 #include "cpu_path.h"
@@ -84,6 +85,8 @@ struct pending_read {
     float *dst;
     size_t stride;          /* floats from one row of dst to the next */
     size_t off, row, rows;  /* in the pinned staging buffer: rows of row bytes at off */
+    float *best;            /* not NULL: read_argmax's, ARGMAX_BLOCKS top1 to merge into best, col */
+    int32_t *col;
 };
 
 /* A decode step's qk_prepare, waiting to be folded into the attention
@@ -112,6 +115,7 @@ struct cuda_backend {
 
     /* step state: position and ids in device memory, uploaded from pinned */
     int *h_step, *d_step; /* [0] = pos0, [1..] = ids */
+    struct top1 *d_top1;  /* read_argmax's per-block results */
     enum step_mode mode;
     int step_rows, step_pos0;
     graph_entry *cur;
@@ -204,7 +208,8 @@ bool blas_ok(cuda_backend *b, cublasStatus_t s, const char *what)
     return false;
 }
 
-enum { OP_EMBED = 1, OP_RMSNORM, OP_MATMUL, OP_QK, OP_ATTN, OP_MLP, OP_RESIDUAL, OP_CAP, OP_COPY, OP_READ, OP_REDUCE };
+enum { OP_EMBED = 1, OP_RMSNORM, OP_MATMUL, OP_QK, OP_ATTN, OP_MLP, OP_RESIDUAL, OP_CAP, OP_COPY, OP_READ, OP_REDUCE,
+       OP_ARGMAX };
 
 void flush_qk(cuda_backend *b);
 
@@ -1252,23 +1257,32 @@ void cuda_copy_rows(lmx_backend *be, lmx_tensor *dst, int dst_row, const lmx_ten
        "copy_rows");
 }
 
-/* Inside a graphable step: into pinned staging now, out to dst in step_end.
- * Otherwise straight to dst. */
-void cuda_read(lmx_backend *be, float *dst, size_t dst_stride, const lmx_tensor *src, int row0, int n_rows)
+/* A staged read's bytes, from host memory at `from`, to where r says. */
+void finish_read(const pending_read *r, const char *from)
 {
-    cuda_backend *b = cu(be);
-    size_t row = (size_t)src->cols * sizeof(float), bytes = (size_t)n_rows * row;
-    const float *from = f32(src) + (size_t)row0 * src->cols;
-    bool skip = skip_op(b, OP_READ, src, NULL, NULL, n_rows, row0);
-    if (!skip && !need_f32(b, src))
-        return;
-    if (b->mode == NO_STEP || (b->mode == EAGER && !b->cur)) {
-        ok(b, cudaMemcpy2DAsync(dst, dst_stride * sizeof(float), from, row, row, (size_t)n_rows,
-                                cudaMemcpyDeviceToHost, b->stream),
-           "read");
-        ok(b, cudaStreamSynchronize(b->stream), "read");
+    if (r->best) {
+        const top1 *p = (const top1 *)from;
+        top1 t = p[0];
+        for (int i = 1; i < ARGMAX_BLOCKS; i++)
+            if (lmx_argmax_beats(p[i].score, p[i].col, t.score, t.col))
+                t = p[i];
+        *r->best = t.score;
+        *r->col = t.col;
         return;
     }
+    for (size_t k = 0; k < r->rows; k++)
+        memcpy(r->dst + k * r->stride, from + k * r->row, r->row);
+}
+
+/* Whether reads go straight to the host (else through staging, done in
+ * step_end): outside a graphable step. */
+bool read_direct(const cuda_backend *b) { return b->mode == NO_STEP || (b->mode == EAGER && !b->cur); }
+
+/* r->rows * r->row bytes from device memory at `from` into pinned staging
+ * now (unless skip: a replay copies them), out as r says in step_end. */
+void stage_read(cuda_backend *b, const void *from, pending_read r, bool skip)
+{
+    size_t bytes = r.rows * r.row;
     if (b->staging_used + bytes > b->staging_cap) {
         if (b->mode != EAGER) {
             fail(b, LMX_ERR_INTERNAL, "cuda: read staging too small during a recorded step");
@@ -1296,11 +1310,52 @@ void cuda_read(lmx_backend *be, float *dst, size_t dst_stride, const lmx_tensor 
         b->reads = nr;
         b->reads_cap = cap;
     }
-    b->reads[b->n_reads++] = pending_read{dst, dst_stride, b->staging_used, row, (size_t)n_rows};
-    size_t off = b->staging_used;
+    r.off = b->staging_used;
+    b->reads[b->n_reads++] = r;
     b->staging_used += bytes;
     if (!skip)
-        ok(b, cudaMemcpyAsync(b->staging + off, from, bytes, cudaMemcpyDeviceToHost, b->stream), "read");
+        ok(b, cudaMemcpyAsync(b->staging + r.off, from, bytes, cudaMemcpyDeviceToHost, b->stream), "read");
+}
+
+void cuda_read(lmx_backend *be, float *dst, size_t dst_stride, const lmx_tensor *src, int row0, int n_rows)
+{
+    cuda_backend *b = cu(be);
+    size_t row = (size_t)src->cols * sizeof(float);
+    const float *from = f32(src) + (size_t)row0 * src->cols;
+    bool skip = skip_op(b, OP_READ, src, NULL, NULL, n_rows, row0);
+    if (!skip && !need_f32(b, src))
+        return;
+    if (read_direct(b)) {
+        ok(b, cudaMemcpy2DAsync(dst, dst_stride * sizeof(float), from, row, row, (size_t)n_rows,
+                                cudaMemcpyDeviceToHost, b->stream),
+           "read");
+        ok(b, cudaStreamSynchronize(b->stream), "read");
+        return;
+    }
+    stage_read(b, from, pending_read{dst, dst_stride, 0, row, (size_t)n_rows, NULL, NULL}, skip);
+}
+
+/* Only the blocks' best (score, column) pairs cross to the host: 1 KB
+ * instead of the row (0.6 MB of Qwen3 logits). */
+void cuda_read_argmax(lmx_backend *be, float *best, int32_t *col, const lmx_tensor *src, int row)
+{
+    cuda_backend *b = cu(be);
+    bool skip = skip_op(b, OP_ARGMAX, src, NULL, NULL, row, 0);
+    if (!skip && !need_f32(b, src))
+        return;
+    if (!skip) {
+        launch(b, k_argmax, ARGMAX_BLOCKS, 256, 0, b->d_top1, f32(src) + (size_t)row * src->cols, src->cols);
+        launched(b, "argmax");
+    }
+    pending_read r = {NULL, 0, 0, sizeof(top1), ARGMAX_BLOCKS, best, col};
+    if (!read_direct(b)) {
+        stage_read(b, b->d_top1, r, skip);
+        return;
+    }
+    top1 h[ARGMAX_BLOCKS];
+    if (ok(b, cudaMemcpyAsync(h, b->d_top1, sizeof h, cudaMemcpyDeviceToHost, b->stream), "read_argmax") &&
+        ok(b, cudaStreamSynchronize(b->stream), "read_argmax"))
+        finish_read(&r, (const char *)h);
 }
 
 /* Tensor parallelism: an in-place NCCL all-reduce on the rank's stream
@@ -1396,11 +1451,8 @@ lmx_status cuda_step_end(lmx_backend *be, lmx_error *err)
         ok(b, cudaGraphLaunch(g->exec, b->stream), "graph launch");
     ok(b, cudaStreamSynchronize(b->stream), "step");
     if (!b->status)
-        for (int i = 0; i < b->n_reads; i++) {
-            const pending_read *r = &b->reads[i];
-            for (size_t k = 0; k < r->rows; k++)
-                memcpy(r->dst + k * r->stride, b->staging + r->off + k * r->row, r->row);
-        }
+        for (int i = 0; i < b->n_reads; i++)
+            finish_read(&b->reads[i], b->staging + b->reads[i].off);
     if (g && !b->status)
         g->seen++;
     if (g && b->status && g->exec) { /* never replay a recording that failed */
@@ -1443,6 +1495,7 @@ void cuda_destroy(lmx_backend *be)
     if (b->pool)
         lmx_pool_free(b->pool);
     cudaFree(b->d_step);
+    cudaFree(b->d_top1);
     cudaFreeHost(b->h_step);
     cudaFreeHost(b->staging);
     free(b->reads);
@@ -1458,7 +1511,7 @@ const lmx_backend_ops cuda_ops = {
     "cuda",           cuda_destroy,       cuda_weight,    cuda_alloc,      cuda_free,
     cuda_embed,       cuda_rmsnorm,       cuda_matmul,    cuda_matmul_multi, cuda_qk_prepare,
     cuda_attention,   cuda_gated_mlp,     cuda_residual_norm, cuda_softcap, cuda_copy_rows,
-    cuda_read,        cuda_all_reduce,    cuda_step_begin,    cuda_step_end,
+    cuda_read,        cuda_read_argmax,   cuda_all_reduce,    cuda_step_begin,    cuda_step_end,
     /* prefill rows: a 4096-token prompt in one chunk (Qwen3-8B: 16.0k tok/s
      * in chunks of 512, 19.2k in one; its activations then take ~0.8 GB) */
     MAX_IDS,
@@ -1510,6 +1563,8 @@ extern "C" lmx_backend *lmx_backend_cuda_new(int device, int quant, lmx_error *e
     if (e == cudaSuccess && (what = "create stream", e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking)) == cudaSuccess &&
         (what = "step buffer", e = cudaMallocHost((void **)&b->h_step, (MAX_IDS + 1) * sizeof(int))) == cudaSuccess)
         what = "step buffer", e = cudaMalloc((void **)&b->d_step, (MAX_IDS + 1) * sizeof(int));
+    if (e == cudaSuccess)
+        what = "argmax buffer", e = cudaMalloc((void **)&b->d_top1, ARGMAX_BLOCKS * sizeof(top1));
     if (e == cudaSuccess)
         what = "device attributes", e = cudaDeviceGetAttribute(&b->sms, cudaDevAttrMultiProcessorCount, device);
     if (e == cudaSuccess)

@@ -93,35 +93,51 @@ lmx_status lmx_context_truncate(lmx_context *c, int n, lmx_error *err)
     return LMX_OK;
 }
 
-lmx_status lmx_context_eval(lmx_context *c, const int32_t *ids, int n, float *logits,
-                            int all_positions, lmx_error *err)
+/* Runs the chunks of one eval; `out` applies to the last chunk (all its
+ * rows' logits to every chunk). `fn`: the caller's name for errors. */
+static lmx_status eval(const char *fn, lmx_context *c, const int32_t *ids, int n, const lmx_forward_out *out,
+                       lmx_error *err)
 {
     if (!c || (!ids && n > 0))
-        return lmx_fail(err, LMX_ERR_ARG, "lmx_context_eval: context or ids is NULL");
+        return lmx_fail(err, LMX_ERR_ARG, "%s: context or ids is NULL", fn);
     if (n <= 0)
-        return lmx_fail(err, LMX_ERR_ARG, "lmx_context_eval: n = %d, need at least one token", n);
+        return lmx_fail(err, LMX_ERR_ARG, "%s: n = %d, need at least one token", fn, n);
     const int vocab = c->m->cfg.vocab_size;
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= vocab)
-            return lmx_fail(err, LMX_ERR_RANGE, "lmx_context_eval: token id %d at index %d is outside [0, %d)",
+            return lmx_fail(err, LMX_ERR_RANGE, "%s: token id %d at index %d is outside [0, %d)", fn,
                             (int)ids[i], i, vocab);
     if (n > c->n_ctx - c->length)
         return lmx_fail(err, LMX_ERR_RANGE,
-                        "lmx_context_eval: context full: %d tokens + %d new exceed its %d positions",
+                        "%s: context full: %d tokens + %d new exceed its %d positions", fn,
                         c->length, n, c->n_ctx);
     for (int done = 0; done < n;) {
         int k = n - done < c->fs.max_rows ? n - done : c->fs.max_rows;
-        int last = done + k == n;
-        float *dst = NULL;
-        if (logits && all_positions)
-            dst = logits + (size_t)done * vocab;
-        else if (logits && last)
-            dst = logits;
-        lmx_status st = lmx_model_forward(c->m, &c->fs, ids + done, k, c->length, dst, all_positions, err);
+        lmx_forward_out chunk = {NULL, out->all_positions, NULL};
+        if (out->logits && out->all_positions)
+            chunk.logits = out->logits + (size_t)done * vocab;
+        else if (done + k == n)
+            chunk = *out;
+        lmx_status st = lmx_model_forward(c->m, &c->fs, ids + done, k, c->length, &chunk, err);
         if (st)
             return st;
         c->length += k;
         done += k;
     }
     return LMX_OK;
+}
+
+lmx_status lmx_context_eval(lmx_context *c, const int32_t *ids, int n, float *logits,
+                            int all_positions, lmx_error *err)
+{
+    lmx_forward_out out = {logits, all_positions, NULL};
+    return eval("lmx_context_eval", c, ids, n, &out, err);
+}
+
+lmx_status lmx_context_eval_argmax(lmx_context *c, const int32_t *ids, int n, int32_t *next, lmx_error *err)
+{
+    if (!next)
+        return lmx_fail(err, LMX_ERR_ARG, "lmx_context_eval_argmax: next is NULL");
+    lmx_forward_out out = {NULL, 0, next};
+    return eval("lmx_context_eval_argmax", c, ids, n, &out, err);
 }

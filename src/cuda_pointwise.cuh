@@ -357,3 +357,38 @@ __global__ void k_softcap(float *x, size_t n, float cap)
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         x[i] = cap * tanhf(x[i] / cap);
 }
+
+/* read_argmax: each block the best (score, column) of its share of a row,
+ * by src/argmax.h's rule; the host merges the blocks' results. An empty
+ * share gives (NaN, INT32_MAX), which every element beats. */
+struct top1 {
+    float score;
+    int32_t col;
+};
+enum { ARGMAX_BLOCKS = 128 };
+
+__device__ __forceinline__ void take_better(top1 &t, float s, int32_t c)
+{
+    if (lmx_argmax_beats(s, c, t.score, t.col))
+        t = top1{s, c};
+}
+
+__global__ void __launch_bounds__(256) k_argmax(top1 *part, const float *x, int n)
+{
+    __shared__ top1 warps[8];
+    pdl_trigger();
+    pdl_wait();
+    top1 t = {__int_as_float(0x7fc00000), INT32_MAX};
+    for (int i = blockIdx.x * 256 + threadIdx.x; i < n; i += gridDim.x * 256) /* ascending: ties keep the first */
+        take_better(t, x[i], i);
+    for (int o = 16; o; o >>= 1)
+        take_better(t, __shfl_down_sync(~0u, t.score, o), __shfl_down_sync(~0u, t.col, o));
+    if ((threadIdx.x & 31) == 0)
+        warps[threadIdx.x >> 5] = t;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < 8; w++)
+            take_better(t, warps[w].score, warps[w].col);
+        part[blockIdx.x] = t;
+    }
+}

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "argmax.h"
 #include "backend_cpu.h"
 #include "backend_cuda.h"
 #include "error.h"
@@ -468,29 +469,34 @@ void lmx_forward_state_free(lmx_model *m, lmx_forward_state *fs)
     memset(fs, 0, sizeof *fs);
 }
 
-/* Final norm is done; turns rows [row0, row0 + n) of h into logits: this
- * rank's share of the vocabulary, into its columns of dst. */
-static void emit_logits(const lmx_model *m, const lmx_rank *rk, lmx_rank_state *rs, int logits_rows, int row0,
-                        int n, float *dst)
+/* Final norm is done; rows [row0, row0 + k) of h (k <= logits_rows) through
+ * the output head: this rank's share of their logits, in rs->logits. */
+static void head_rows(const lmx_model *m, const lmx_rank *rk, lmx_rank_state *rs, int row0, int k)
 {
     lmx_backend *be = rk->be;
     const lmx_backend_ops *ops = be->ops;
+    ops->copy_rows(be, rs->rows_out, 0, rs->h, row0, k);
+    ops->matmul(be, rs->logits, rs->rows_out, rk->lm_head, k);
+    if (m->cfg.final_softcap > 0)
+        ops->softcap(be, rs->logits, k, m->cfg.final_softcap);
+}
+
+/* Rows [row0, row0 + n) of h as logits, into this rank's columns of dst. */
+static void emit_logits(const lmx_model *m, const lmx_rank *rk, lmx_rank_state *rs, int logits_rows, int row0,
+                        int n, float *dst)
+{
     size_t V = (size_t)m->cfg.vocab_size;
     for (int r = 0; r < n; r += logits_rows) {
         int k = n - r < logits_rows ? n - r : logits_rows;
-        ops->copy_rows(be, rs->rows_out, 0, rs->h, row0 + r, k);
-        ops->matmul(be, rs->logits, rs->rows_out, rk->lm_head, k);
-        if (m->cfg.final_softcap > 0)
-            ops->softcap(be, rs->logits, k, m->cfg.final_softcap);
-        ops->read(be, dst + (size_t)r * V + rk->plan.vocab0, V, rs->logits, 0, k);
+        head_rows(m, rk, rs, row0 + r, k);
+        rk->be->ops->read(rk->be, dst + (size_t)r * V + rk->plan.vocab0, V, rs->logits, 0, k);
     }
 }
 
 /* One forward step on one rank: every rank calls the same ops in the same
  * order, all-reducing the partial sums of attention and MLP. */
 static lmx_status forward_rank(const lmx_model *m, const lmx_rank *rk, lmx_rank_state *rs, int logits_rows,
-                               const int32_t *ids, int n, int pos0, float *logits, int all_positions,
-                               lmx_error *err)
+                               const int32_t *ids, int n, int pos0, const lmx_forward_out *out, lmx_error *err)
 {
     const lmx_config *c = &m->cfg;
     lmx_backend *be = rk->be;
@@ -498,7 +504,7 @@ static lmx_status forward_rank(const lmx_model *m, const lmx_rank *rk, lmx_rank_
     float eps = c->rms_eps;
     int p1 = c->norm_plus_one, split = m->n_ranks > 1;
     if (ops->step_begin)
-        ops->step_begin(be, rs, logits ? 1 + (all_positions != 0) : 0, ids, n, pos0);
+        ops->step_begin(be, rs, out->top1 ? 3 : out->logits ? 1 + (out->all_positions != 0) : 0, ids, n, pos0);
     ops->embed(be, rs->x, rk->embed, ids, n, c->embed_scale, rk->plan.vocab0);
     if (split)
         ops->all_reduce(be, rs->x, n);
@@ -529,11 +535,13 @@ static lmx_status forward_rank(const lmx_model *m, const lmx_rank *rk, lmx_rank_
         ops->residual_norm(be, rs->x, rs->h, rs->o, L->post_ffn_norm, next, n, eps, p1, !last);
     }
     /* h = final_norm(x) */
-    if (logits) {
-        if (all_positions)
-            emit_logits(m, rk, rs, logits_rows, 0, n, logits);
-        else
-            emit_logits(m, rk, rs, logits_rows, n - 1, 1, logits);
+    if (out->top1) {
+        head_rows(m, rk, rs, n - 1, 1);
+        ops->read_argmax(be, &rs->top_score, &rs->top_col, rs->logits, 0);
+    } else if (out->logits && out->all_positions) {
+        emit_logits(m, rk, rs, logits_rows, 0, n, out->logits);
+    } else if (out->logits) {
+        emit_logits(m, rk, rs, logits_rows, n - 1, 1, out->logits);
     }
     return ops->step_end ? ops->step_end(be, err) : LMX_OK;
 }
@@ -542,8 +550,8 @@ typedef struct rank_job {
     const lmx_model *m;
     lmx_forward_state *fs;
     const int32_t *ids;
-    int n, pos0, all_positions;
-    float *logits;
+    int n, pos0;
+    const lmx_forward_out *out;
     lmx_status status[LMX_MAX_RANKS];
     lmx_error errs[LMX_MAX_RANKS];
 } rank_job;
@@ -552,24 +560,42 @@ static void rank_task(void *ctx, int r, int worker)
 {
     rank_job *j = ctx;
     j->status[r] = forward_rank(j->m, &j->m->ranks[r], &j->fs->ranks[r], j->fs->logits_rows, j->ids, j->n,
-                                j->pos0, j->logits, j->all_positions, &j->errs[r]);
+                                j->pos0, j->out, &j->errs[r]);
+}
+
+/* The ranks' argmaxes of their shares of the vocabulary, as one id. */
+static int32_t merge_top1(const lmx_model *m, const lmx_forward_state *fs)
+{
+    float best = fs->ranks[0].top_score;
+    int32_t id = m->ranks[0].plan.vocab0 + fs->ranks[0].top_col;
+    for (int r = 1; r < m->n_ranks; r++) {
+        int32_t c = m->ranks[r].plan.vocab0 + fs->ranks[r].top_col;
+        if (lmx_argmax_beats(fs->ranks[r].top_score, c, best, id)) {
+            best = fs->ranks[r].top_score;
+            id = c;
+        }
+    }
+    return id;
 }
 
 lmx_status lmx_model_forward(lmx_model *m, lmx_forward_state *fs, const int32_t *ids, int n, int pos0,
-                             float *logits, int all_positions, lmx_error *err)
+                             const lmx_forward_out *out, lmx_error *err)
 {
     if (n <= 0 || n > fs->max_rows)
         return lmx_fail(err, LMX_ERR_INTERNAL, "forward: %d rows do not fit a chunk of %d", n, fs->max_rows);
-    if (m->n_ranks == 1)
-        return forward_rank(m, m->ranks, fs->ranks, fs->logits_rows, ids, n, pos0, logits, all_positions, err);
-    /* the crew has exactly one thread per rank: every rank runs at once,
-     * as its all-reduces need */
-    rank_job j = {.m = m, .fs = fs, .ids = ids, .n = n, .pos0 = pos0, .all_positions = all_positions,
-                  .logits = logits};
-    lmx_pool_run(m->crew, m->n_ranks, rank_task, &j);
     lmx_status st = LMX_OK;
-    for (int r = 0; r < m->n_ranks && !st; r++)
-        if ((st = j.status[r]))
-            lmx_fail(err, st, "rank %d: %s", r, j.errs[r].message);
+    if (m->n_ranks == 1) {
+        st = forward_rank(m, m->ranks, fs->ranks, fs->logits_rows, ids, n, pos0, out, err);
+    } else {
+        /* the crew has exactly one thread per rank: every rank runs at
+         * once, as its all-reduces need */
+        rank_job j = {.m = m, .fs = fs, .ids = ids, .n = n, .pos0 = pos0, .out = out};
+        lmx_pool_run(m->crew, m->n_ranks, rank_task, &j);
+        for (int r = 0; r < m->n_ranks && !st; r++)
+            if ((st = j.status[r]))
+                lmx_fail(err, st, "rank %d: %s", r, j.errs[r].message);
+    }
+    if (!st && out->top1)
+        *out->top1 = merge_top1(m, fs);
     return st;
 }

@@ -48,6 +48,8 @@ typedef struct lmx_rank_state {
     lmx_tensor **k_cache, **v_cache; /* per layer; rows = slots */
     lmx_tensor *x, *h, *q, *k, *v, *att, *o, *gate, *up;
     lmx_tensor *rows_out, *logits;   /* logits_rows rows of the rank's vocabulary */
+    float top_score;                 /* read_argmax of the rank's logits */
+    int32_t top_col;
 } lmx_rank_state;
 
 typedef struct lmx_forward_state {
@@ -64,10 +66,16 @@ lmx_status lmx_forward_state_init(lmx_model *m, lmx_forward_state *fs, int n_ctx
                                   lmx_error *err);
 void lmx_forward_state_free(lmx_model *m, lmx_forward_state *fs);
 
+/* What a forward step gives back: any of the three may be NULL. */
+typedef struct lmx_forward_out {
+    float *logits;     /* the last row's logits (all_positions == 0), or n rows of them */
+    int all_positions;
+    int32_t *top1;     /* the last row's argmax (src/argmax.h); only that id leaves the device */
+} lmx_forward_out;
+
 /* Runs n (<= max_rows) tokens at positions pos0.. through the model, writing
- * their keys and values into the cache. logits: NULL, or the last row's
- * logits (all_positions == 0), or n rows of logits. */
+ * their keys and values into the cache; logits and top1 are not both asked. */
 lmx_status lmx_model_forward(lmx_model *m, lmx_forward_state *fs, const int32_t *ids, int n, int pos0,
-                             float *logits, int all_positions, lmx_error *err);
+                             const lmx_forward_out *out, lmx_error *err);
 
 #endif

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "argmax.h"
 #include "error.h"
 
 /* Portable bits (see exp_nonpos): gcc in ISO C mode never fuses a*b+c into
@@ -171,15 +172,6 @@ static void penalize(lmx_sampler *s, float *x, const int32_t *h, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (h[i] >= 0 && h[i] < s->vocab)
             s->seen[h[i]] = 0;
-}
-
-/* First index of the largest score (NaN never wins), like torch.argmax. */
-static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best] || (x[best] != x[best] && x[i] == x[i]))
-            best = i;
-    return best;
 }
 
 /* The order transformers' top-p sees: higher score first; among equal
@@ -454,7 +446,7 @@ int32_t lmx_sampler_sample(lmx_sampler *s, float *logits, const int32_t *history
                            size_t n_history) {
     penalize(s, logits, history, n_history);
     if (s->p.temperature == 0)
-        return argmax(logits, s->vocab);
+        return lmx_argmax(logits, s->vocab);
     kept_set k = process(s, logits);
     return draw(s, k, next_unit(s->rng) * k.total);
 }
@@ -464,7 +456,7 @@ void lmx_sampler_probs(lmx_sampler *s, float *logits, const int32_t *history, si
     penalize(s, logits, history, n_history);
     memset(probs, 0, (size_t)s->vocab * sizeof *probs);
     if (s->p.temperature == 0) {
-        probs[argmax(logits, s->vocab)] = 1;
+        probs[lmx_argmax(logits, s->vocab)] = 1;
         return;
     }
     kept_set k = process(s, logits);

@@ -31,6 +31,8 @@ struct lmx_stream {
 
     float *logits;
     lmx_sampler *sampler;
+    int greedy;          /* argmax without a penalty: only the next id is asked for */
+    int32_t next;        /* that id, when greedy */
     lmx_detok *detok;
     lmx_stopstr stop;
     char *tail;          /* text released at the end */
@@ -142,6 +144,7 @@ static lmx_status prepare(lmx_stream *s)
                              s->cfg.repetition_penalty, s->cfg.seed};
     if ((st = lmx_sampler_new(&sp, m->cfg.vocab_size, &s->sampler, err)))
         return st;
+    s->greedy = s->cfg.temperature == 0 && s->cfg.repetition_penalty == 1;
     if (s->how.ctx) {
         s->ctx = s->how.ctx;
     } else {
@@ -204,6 +207,15 @@ static int cancelled(lmx_stream *s)
     return s->cfg.timeout_s > 0 && now_s() - s->t_start > s->cfg.timeout_s;
 }
 
+/* Evaluates n tokens: the next token's scores into s->logits, or when
+ * greedy only its id into s->next (no logits come back from a GPU). */
+static lmx_status eval_tokens(lmx_stream *s, const int32_t *ids, int n)
+{
+    if (s->greedy)
+        return lmx_context_eval_argmax(s->ctx, ids, n, &s->next, &s->err);
+    return lmx_context_eval(s->ctx, ids, n, s->logits, 0, &s->err);
+}
+
 /* Evaluates the prompt after what the context already holds. */
 static int prefill(lmx_stream *s)
 {
@@ -222,7 +234,7 @@ static int prefill(lmx_stream *s)
             return 0;
         }
         int k = s->n_prompt - i < PREFILL_STEP ? s->n_prompt - i : PREFILL_STEP;
-        if (lmx_context_eval(s->ctx, s->tokens + i, k, s->logits, 0, &s->err)) {
+        if (eval_tokens(s, s->tokens + i, k)) {
             s->reason = LMX_STOP_ERROR;
             return 0;
         }
@@ -248,12 +260,12 @@ static int step(lmx_stream *s, lmx_token *t)
             s->reason = LMX_STOP_CANCELLED;
             return 0;
         }
-        if (lmx_context_eval(s->ctx, &s->tokens[s->n_tokens - 1], 1, s->logits, 0, &s->err)) {
+        if (eval_tokens(s, &s->tokens[s->n_tokens - 1], 1)) {
             s->reason = LMX_STOP_ERROR;
             return 0;
         }
     }
-    int32_t id = lmx_sampler_sample(s->sampler, s->logits, s->tokens, (size_t)s->n_tokens);
+    int32_t id = s->greedy ? s->next : lmx_sampler_sample(s->sampler, s->logits, s->tokens, (size_t)s->n_tokens);
     if (!s->cfg.ignore_eos && is_in(s->eos, s->n_eos, id)) {
         s->reason = LMX_STOP_EOS;
         return 0;

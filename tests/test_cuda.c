@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "argmax.h"
 #include "backend_cpu.h"
 #include "backend_cuda.h"
 #include "context.h"
@@ -710,14 +711,20 @@ static void check_prompt(lmx_model *m, lmx_st_set *r, int k, int chunk, int rows
         const lmx_st_tensor *g = test_ref(r, k, "greedy");
         const float *margin = test_ref(r, k, "margin")->data;
         float *last = logits + (size_t)(L - 1) * V;
+        /* beside it, a context that gets only the argmax back: the same ids */
+        lmx_context *ca = lmx_context_new_chunked(m, 128, rows, &err);
+        int32_t picked = test_eval_argmax(ca, ids, L);
         for (int t = 0; t < (int)g->shape[0]; t++) {
             int32_t next = test_argmax(last, V), want = ((const int32_t *)g->data)[t];
+            CHECK(picked == next, "%s argmax step %d: %d, the logits' %d", tag, t, (int)picked, (int)next);
             if (margin[t] > 0.05f)
                 CHECK(next == want, "%s greedy step %d: %d, want %d", tag, t, (int)next, (int)want);
             if (next != want)
                 break;
             CHECK(lmx_context_eval(c, &next, 1, last, 0, &err) == LMX_OK, "greedy eval: %s", err.message);
+            picked = test_eval_argmax(ca, &next, 1);
         }
+        lmx_context_free(ca);
     }
     lmx_context_free(c);
     free(logits);
@@ -817,6 +824,44 @@ static void check_fixture_quantized(const char *name, int bits)
     }
 }
 
+/* read_argmax on rows of Qwen3's vocabulary size: random; a largest value
+ * planted in three blocks' shares (the first wins); NaN at the front and
+ * scattered; all -inf; all NaN; NaN but for the last element. Both
+ * backends must give exactly src/argmax.h's choice and its score. */
+static void check_argmax(pair *p)
+{
+    enum { ROWS = 6, V = 151936 };
+    float *d = malloc((size_t)ROWS * V * 4), nan = NAN;
+    for (size_t i = 0; i < (size_t)ROWS * V; i++)
+        d[i] = frand() * 20;
+    float *r = d + V;
+    r[70001] = r[129999] = r[150000] = 25;
+    r = d + 2 * V;
+    for (int i = 0; i < V; i += 97)
+        r[i] = nan;
+    r = d + 3 * V;
+    for (int i = 0; i < V; i++)
+        r[i] = -INFINITY;
+    r = d + 4 * V;
+    for (int i = 0; i < V; i++)
+        r[i] = nan;
+    r = d + 5 * V;
+    for (int i = 0; i < V; i++)
+        r[i] = i + 1 < V ? nan : -3.0f;
+    both b = bound(p, ROWS, V, d);
+    for (int row = 0; row < ROWS; row++) {
+        int32_t want = lmx_argmax(d + (size_t)row * V, V), cc = -1, gc = -1;
+        float ws = d[(size_t)row * V + want], cs = 0, gs = 0;
+        p->cpu->ops->read_argmax(p->cpu, &cs, &cc, b.c, row);
+        p->gpu->ops->read_argmax(p->gpu, &gs, &gc, b.g, row);
+        int same_score = (gs == ws) || (gs != gs && ws != ws);
+        CHECK(gc == want && same_score, "argmax row %d: gpu %d (%g), want %d (%g)", row, gc, gs, want, ws);
+        CHECK(cc == want, "argmax row %d: cpu %d, want %d", row, cc, want);
+    }
+    CHECK(lmx_argmax(d + V, V) == 70001, "planted tie: %d", lmx_argmax(d + V, V));
+    drop(p, &b);
+}
+
 int main(void)
 {
     if (!lmx_backend_cuda_available()) {
@@ -843,6 +888,7 @@ int main(void)
         check_elementwise(&p, 1001, 7);
         check_elementwise(&p, 12000, 96);
         check_attention(&p);
+        check_argmax(&p);
     }
     if (p.gpu)
         p.gpu->ops->destroy(p.gpu);

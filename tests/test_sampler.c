@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "argmax.h"
 #include "sampler.h"
 #include "testutil.h"
 
@@ -124,6 +125,15 @@ static void greedy(void) {
     float z[] = {NAN, 1, 2};
     CHECK(lmx_sampler_sample(s, z, NULL, 0) == 2, "greedy skips NaN");
     lmx_sampler_free(s);
+    /* the rule itself (src/argmax.h), as torch.argmax: the backends'
+     * read_argmax and the merges of their partial results use it too */
+    const float all_nan[] = {NAN, NAN, NAN}, no_finite[] = {NAN, -INFINITY, NAN}, ninf[] = {-INFINITY, -INFINITY};
+    CHECK(lmx_argmax(all_nan, 3) == 0, "all NaN: index 0");
+    CHECK(lmx_argmax(no_finite, 3) == 1, "-inf beats NaN");
+    CHECK(lmx_argmax(ninf, 2) == 0, "all -inf: the first");
+    CHECK(lmx_argmax_beats(NAN, 2, NAN, 5) && !lmx_argmax_beats(NAN, 5, NAN, 2), "NaN against NaN: lower index");
+    CHECK(lmx_argmax_beats(1, 3, 1, 7) && !lmx_argmax_beats(1, 7, 1, 3), "ties: lower index, in either order");
+    CHECK(lmx_argmax_beats(-INFINITY, 9, NAN, 0) && !lmx_argmax_beats(NAN, 0, -1, 9), "NaN loses to any number");
 }
 
 static void repetition_penalty(void) {

@@ -109,6 +109,15 @@ static void check_fixture(const char *name, int n_ranks)
                 worst_ref = fmaxf(worst_ref, dr / fmaxf(1.0f, test_max_abs(tv, 8)));
             }
         }
+        if (chunk) { /* the ranks' argmaxes merged: the split model's own top-1 */
+            lmx_context *c = lmx_context_new(split, L, &err);
+            for (int i = 0; i < L; i++) {
+                int32_t got = test_eval_argmax(c, (const int32_t *)ids_t->data + i, 1);
+                CHECK(got == test_argmax(b + (size_t)i * V, V), "%s x%d pos %d: argmax %d, logits' %d", name, n_ranks,
+                      i, (int)got, test_argmax(b + (size_t)i * V, V));
+            }
+            lmx_context_free(c);
+        }
         CHECK(worst <= 1e-4f, "%s x%d %s: relative difference to the unsplit model %g", name, n_ranks,
               chunk ? "token by token" : "whole", worst);
         CHECK(worst_ref <= 1e-3f, "%s x%d: relative difference to transformers %g", name, n_ranks, worst_ref);

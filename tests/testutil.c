@@ -88,6 +88,15 @@ int test_argmax(const float *v, int n)
     return b;
 }
 
+int32_t test_eval_argmax(lmx_context *c, const int32_t *ids, int n)
+{
+    lmx_error err = {0};
+    int32_t id = -1;
+    lmx_status st = c ? lmx_context_eval_argmax(c, ids, n, &id, &err) : LMX_ERR_ARG;
+    CHECK(st == LMX_OK, "eval_argmax: %s", c ? err.message : "no context");
+    return st == LMX_OK ? id : -1;
+}
+
 float test_max_abs(const float *v, size_t n)
 {
     float m = 0;

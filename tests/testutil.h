@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "lmx.h"
 #include "safetensors.h"
 
 extern int test_checks, test_failures;
@@ -33,6 +34,9 @@ const lmx_st_tensor *test_ref(const lmx_st_set *refs, int k, const char *what);
 /* Index of the largest of v[0..n) (the first on ties). */
 int test_argmax(const float *v, int n);
 float test_max_abs(const float *v, size_t n);
+/* lmx_context_eval_argmax of ids on c: the id it picks, -1 after a failed
+ * (and counted) check. */
+int32_t test_eval_argmax(lmx_context *c, const int32_t *ids, int n);
 /* Logit tolerance with the float16 KV cache (lmx_load_options.kv_f16),
  * relative to max(1, max |logit|) of a row. float16 rounds each key and
  * value by up to 2^-11 relative. Measured worst against transformers over
