@@ -69,6 +69,7 @@ void lmx_context_free(lmx_context *c)
 }
 
 int lmx_context_length(const lmx_context *c) { return c ? c->length : 0; }
+int lmx_context_chunk_rows(const lmx_context *c) { return c->fs.max_rows; }
 int lmx_context_capacity(const lmx_context *c) { return c ? c->n_ctx : 0; }
 
 lmx_status lmx_context_truncate(lmx_context *c, int n, lmx_error *err)

@@ -7,14 +7,12 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "context.h"
 #include "error.h"
 #include "model.h"
 #include "prompt.h"
 #include "sampler.h"
 #include "stopstr.h"
-
-/* Prompt tokens evaluated per call, so cancellation is seen between chunks. */
-enum { PREFILL_STEP = 64 };
 
 struct lmx_stream {
     lmx_model *m;
@@ -228,12 +226,16 @@ static int prefill(lmx_stream *s)
     }
     s->n_cached = keep;
     s->t_prefill0 = now_s();
-    for (int i = keep; i < s->n_prompt; i += PREFILL_STEP) {
+    /* one forward step a call, so cancellation is seen between them: whole
+     * steps of the context's chunk (the backend's: 256 rows on the CPU, 4096
+     * on a GPU), not shorter ones that read the weights more often */
+    int step = lmx_context_chunk_rows(s->ctx);
+    for (int i = keep; i < s->n_prompt; i += step) {
         if (cancelled(s)) {
             s->reason = LMX_STOP_CANCELLED;
             return 0;
         }
-        int k = s->n_prompt - i < PREFILL_STEP ? s->n_prompt - i : PREFILL_STEP;
+        int k = s->n_prompt - i < step ? s->n_prompt - i : step;
         if (eval_tokens(s, s->tokens + i, k)) {
             s->reason = LMX_STOP_ERROR;
             return 0;
