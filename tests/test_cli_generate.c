@@ -71,6 +71,21 @@ static void check_run(void)
     snprintf(cmd, sizeof cmd, "%s run %s --prompt-ids 1,2 --ctx 1 2>&1", LMX_BIN, QWEN);
     CHECK(test_run(cmd, &out) == 1 && out && strstr(out, "does not fit"), "prompt beyond the context: %s", out ? out : "");
     free(out);
+    /* no tokenizer.json: said before the weights load (here there are none,
+     * so a weights error would show that the check came too late) */
+    char bare[600];
+    snprintf(bare, sizeof bare, "%s/no-tokenizer", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && cp %s/config.json %s/", bare, QWEN, bare);
+    CHECK(test_run(cmd, NULL) == 0, "%s", cmd);
+    const char *verbs[] = {"run %s -p hi", "run %s --prompt-ids 1,2", "chat %s"};
+    for (int v = 0; v < 3; v++) {
+        char what[700];
+        snprintf(what, sizeof what, verbs[v], bare);
+        snprintf(cmd, sizeof cmd, "%s %s 2>&1 </dev/null", LMX_BIN, what);
+        CHECK(test_run(cmd, &out) == 1 && out && strstr(out, "no-tokenizer/tokenizer.json: not found"),
+              "%s: %s", what, out ? out : "");
+        free(out);
+    }
 }
 
 static void check_template(void)

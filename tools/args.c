@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 int args_int(const char *s, long lo, long hi, const char *what, long *out)
 {
@@ -76,4 +77,14 @@ const char *args_value(int argc, char **argv, int *i)
         return NULL;
     }
     return argv[++*i];
+}
+
+int args_tokenizer_present(const char *cmd, const char *dir)
+{
+    char path[4096];
+    if (access(dir, F_OK) != 0 || snprintf(path, sizeof path, "%s/tokenizer.json", dir) >= (int)sizeof path ||
+        access(path, F_OK) == 0)
+        return 0;
+    fprintf(stderr, "lmx %s: %s: not found; text generation needs the model's tokenizer\n", cmd, path);
+    return -1;
 }

@@ -16,5 +16,9 @@ int args_ids(const char *s, int32_t **ids, size_t *n);
 /* Returns argv[*i + 1] and advances *i, or prints "OPT needs a value" and
  * returns NULL. */
 const char *args_value(int argc, char **argv, int *i);
+/* 0 if model directory dir holds a tokenizer.json, which text generation
+ * needs; else prints so, naming cmd, and returns -1 (before the weights
+ * load, not after). A dir that does not exist is left to lmx_load. */
+int args_tokenizer_present(const char *cmd, const char *dir);
 
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "commands.h"
 #include "genopts.h"
 #include "lmx.h"
@@ -74,6 +75,8 @@ int cmd_chat(int argc, char **argv)
         fprintf(stderr, "usage: lmx chat DIR [options]\n%s", genopts_help);
         return 2;
     }
+    if (args_tokenizer_present("chat", dir))
+        return 1;
     lmx_error err = {0};
     lmx_model *m = lmx_load(dir, &g.load, &err);
     lmx_session *sess = m ? lmx_session_new(m, 0, &err) : NULL;

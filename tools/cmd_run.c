@@ -162,6 +162,11 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "lmx: cannot read the prompt from stdin\n");
         return 1;
     }
+    if (args_tokenizer_present("run", dir)) {
+        free(ids);
+        free(input);
+        return 1;
+    }
     lmx_error err = {0};
     lmx_model *m = lmx_load(dir, &g.load, &err);
     int rc = 1;
