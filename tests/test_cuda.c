@@ -676,6 +676,13 @@ static void check_row(const char *tag, int pos, const float *ours, const float *
         CHECK(test_argmax(ours, V) == top, "%s pos %d: top-1 %d, want %d", tag, pos, test_argmax(ours, V), top);
 }
 
+/* The top-1 margin under which a greedy step may pick another id. */
+static float greedy_margin(const float *last, int V)
+{
+    (void)last, (void)V;
+    return 0.05f;
+}
+
 static void check_prompt(lmx_model *m, lmx_st_set *r, int k, int chunk, int rows, const char *name)
 {
     const lmx_st_tensor *ids_t = test_ref(r, k, "ids");
@@ -708,23 +715,8 @@ static void check_prompt(lmx_model *m, lmx_st_set *r, int k, int chunk, int rows
     if (!full)
         check_row(tag, L - 1, logits + (size_t)(L - 1) * V, test_ref(r, k, "logits_last")->data, NULL, V, V);
     if (chunk == 0) { /* greedy continuation: one-token steps, recorded and replayed */
-        const lmx_st_tensor *g = test_ref(r, k, "greedy");
-        const float *margin = test_ref(r, k, "margin")->data;
-        float *last = logits + (size_t)(L - 1) * V;
-        /* beside it, a context that gets only the argmax back: the same ids */
-        lmx_context *ca = lmx_context_new_chunked(m, 128, rows, &err);
-        int32_t picked = test_eval_argmax(ca, ids, L);
-        for (int t = 0; t < (int)g->shape[0]; t++) {
-            int32_t next = test_argmax(last, V), want = ((const int32_t *)g->data)[t];
-            CHECK(picked == next, "%s argmax step %d: %d, the logits' %d", tag, t, (int)picked, (int)next);
-            if (margin[t] > 0.05f)
-                CHECK(next == want, "%s greedy step %d: %d, want %d", tag, t, (int)next, (int)want);
-            if (next != want)
-                break;
-            CHECK(lmx_context_eval(c, &next, 1, last, 0, &err) == LMX_OK, "greedy eval: %s", err.message);
-            picked = test_eval_argmax(ca, &next, 1);
-        }
-        lmx_context_free(ca);
+        test_greedy(m, c, rows, ids, L, logits + (size_t)(L - 1) * V, V, test_ref(r, k, "greedy"),
+                    test_ref(r, k, "margin")->data, greedy_margin, tag);
     }
     lmx_context_free(c);
     free(logits);

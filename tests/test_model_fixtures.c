@@ -69,6 +69,12 @@ static void check_top_row(const char *tag, int pos, const float *ours, const int
               (int)ids[0]);
 }
 
+/* The top-1 margin under which a greedy step may pick another id. */
+static float greedy_margin(const float *last, int V)
+{
+    return top1_margin(pass.rel * fmaxf(1.0f, test_max_abs(last, (size_t)V)));
+}
+
 /* Runs the prompt in calls of `chunk` tokens (0 = all at once), with the
  * context's own prefill chunk of `rows` tokens, and checks the logits at
  * every position. Small `rows` make sliding-window caches wrap around. */
@@ -106,23 +112,8 @@ static void check_prompt(lmx_model *m, const lmx_st_set *r, int k, int chunk, in
     }
     /* greedy continuation through the cache, after a full-prompt run */
     if (chunk == 0) {
-        const lmx_st_tensor *g = test_ref(r, k, "greedy");
-        const float *margin = test_ref(r, k, "margin")->data;
-        float *last = logits + (size_t)(L - 1) * V;
-        /* beside it, a context that gets only the argmax back: the same ids */
-        lmx_context *ca = lmx_context_new_chunked(m, 128, rows, &err);
-        int32_t picked = test_eval_argmax(ca, ids, L);
-        for (int t = 0; t < (int)g->shape[0]; t++) {
-            int32_t next = test_argmax(last, V), want = ((const int32_t *)g->data)[t];
-            CHECK(picked == next, "%s argmax step %d: %d, the logits' %d", tag, t, (int)picked, (int)next);
-            if (margin[t] > top1_margin(pass.rel * fmaxf(1.0f, test_max_abs(last, (size_t)V))))
-                CHECK(next == want, "%s greedy step %d: %d, want %d", tag, t, (int)next, (int)want);
-            if (next != want)
-                break; /* a tie broke differently: later steps diverge legitimately */
-            CHECK(lmx_context_eval(c, &next, 1, last, 0, &err) == LMX_OK, "greedy eval: %s", err.message);
-            picked = test_eval_argmax(ca, &next, 1);
-        }
-        lmx_context_free(ca);
+        test_greedy(m, c, rows, ids, L, logits + (size_t)(L - 1) * V, V, test_ref(r, k, "greedy"),
+                    test_ref(r, k, "margin")->data, greedy_margin, tag);
     }
     lmx_context_free(c);
     free(logits);

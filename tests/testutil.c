@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "context.h"
+
 int test_checks, test_failures;
 
 static char tmpdir_path[256];
@@ -95,6 +97,26 @@ int32_t test_eval_argmax(lmx_context *c, const int32_t *ids, int n)
     lmx_status st = c ? lmx_context_eval_argmax(c, ids, n, &id, &err) : LMX_ERR_ARG;
     CHECK(st == LMX_OK, "eval_argmax: %s", c ? err.message : "no context");
     return st == LMX_OK ? id : -1;
+}
+
+void test_greedy(lmx_model *m, lmx_context *c, int rows, const int32_t *ids, int L, float *last, int V,
+                 const lmx_st_tensor *g, const float *margin, float (*min_margin)(const float *, int),
+                 const char *tag)
+{
+    lmx_error err = {0};
+    lmx_context *ca = lmx_context_new_chunked(m, 128, rows, &err);
+    int32_t picked = test_eval_argmax(ca, ids, L);
+    for (int t = 0; t < (int)g->shape[0]; t++) {
+        int32_t next = test_argmax(last, V), want = ((const int32_t *)g->data)[t];
+        CHECK(picked == next, "%s argmax step %d: %d, the logits' %d", tag, t, (int)picked, (int)next);
+        if (margin[t] > min_margin(last, V))
+            CHECK(next == want, "%s greedy step %d: %d, want %d", tag, t, (int)next, (int)want);
+        if (next != want)
+            break; /* a tie broke differently: later steps diverge legitimately */
+        CHECK(lmx_context_eval(c, &next, 1, last, 0, &err) == LMX_OK, "greedy eval: %s", err.message);
+        picked = test_eval_argmax(ca, &next, 1);
+    }
+    lmx_context_free(ca);
 }
 
 float test_max_abs(const float *v, size_t n)

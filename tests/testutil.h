@@ -37,6 +37,15 @@ float test_max_abs(const float *v, size_t n);
 /* lmx_context_eval_argmax of ids on c: the id it picks, -1 after a failed
  * (and counted) check. */
 int32_t test_eval_argmax(lmx_context *c, const int32_t *ids, int n);
+/* A fixture's greedy continuation (g: reference ids, margin: their top-1
+ * margins) of prompt ids[0, L) from context c, which holds the prompt, and
+ * last (V floats), its last position's logits, overwritten step by step:
+ * each step's top-1 must be the reference's where the margin exceeds
+ * min_margin(last, V). A context of `rows`-token chunks beside it, given
+ * only lmx_context_eval_argmax's ids, must pick the same ids. */
+void test_greedy(lmx_model *m, lmx_context *c, int rows, const int32_t *ids, int L, float *last, int V,
+                 const lmx_st_tensor *g, const float *margin, float (*min_margin)(const float *, int),
+                 const char *tag);
 /* Logit tolerance with the float16 KV cache (lmx_load_options.kv_f16),
  * relative to max(1, max |logit|) of a row. float16 rounds each key and
  * value by up to 2^-11 relative. Measured worst against transformers over
