@@ -134,6 +134,24 @@ static void greedy(void) {
     CHECK(lmx_argmax_beats(NAN, 2, NAN, 5) && !lmx_argmax_beats(NAN, 5, NAN, 2), "NaN against NaN: lower index");
     CHECK(lmx_argmax_beats(1, 3, 1, 7) && !lmx_argmax_beats(1, 7, 1, 3), "ties: lower index, in either order");
     CHECK(lmx_argmax_beats(-INFINITY, 9, NAN, 0) && !lmx_argmax_beats(NAN, 0, -1, 9), "NaN loses to any number");
+    /* lmx_argmax's two passes against the rule applied element by element,
+     * on vectors of few distinct values (ties), NaN, infinities and zeros
+     * of both signs, of lengths around its 8-wide steps */
+    const float pool[] = {NAN, -INFINITY, INFINITY, -0.0f, 0.0f, 1, 2, -3};
+    unsigned seed = 7;
+    for (int trial = 0; trial < 2000; trial++) {
+        float v[40];
+        int n = 1 + trial % 40;
+        for (int i = 0; i < n; i++) {
+            seed = seed * 1103515245u + 12345u;
+            v[i] = pool[(seed >> 16) % (trial % 3 ? 8 : 3)]; /* a third of the vectors: NaN and infinities only */
+        }
+        int32_t want = 0;
+        for (int32_t i = 1; i < n; i++)
+            if (lmx_argmax_beats(v[i], i, v[want], want))
+                want = i;
+        CHECK(lmx_argmax(v, n) == want, "argmax trial %d (n %d): %d, want %d", trial, n, lmx_argmax(v, n), want);
+    }
 }
 
 static void repetition_penalty(void) {
