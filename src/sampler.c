@@ -23,6 +23,7 @@ typedef struct {
 } cand;
 
 enum { BLOCK = 256 }; /* tokens per partial sum of the dense layout (kept_set) */
+enum { MAXB = 64 };   /* tokens per block maximum (kth_largest) */
 
 struct lmx_sampler {
     lmx_sampler_params p;
@@ -32,6 +33,7 @@ struct lmx_sampler {
     cand *c;         /* [vocab] candidates; the kept ones end up in c[0..n_kept) */
     float *e;        /* [vocab] exp(score - max score), see kept_set */
     double *block;   /* [vocab / BLOCK rounded up] sums of e, see kept_set */
+    float *bmax;     /* [vocab / MAXB rounded up] block maxima of the scores */
 };
 
 /* ---- random numbers: splitmix64 seeds xoshiro256** -------------------- */
@@ -129,8 +131,9 @@ lmx_status lmx_sampler_new(const lmx_sampler_params *p, int vocab_size, lmx_samp
         s->c = malloc((size_t)vocab_size * sizeof *s->c);
         s->e = malloc((size_t)vocab_size * sizeof *s->e);
         s->block = malloc(((size_t)vocab_size / BLOCK + 1) * sizeof *s->block);
+        s->bmax = malloc(((size_t)vocab_size / MAXB + 1) * sizeof *s->bmax);
     }
-    if (!s || !s->seen || !s->c || !s->e || !s->block) {
+    if (!s || !s->seen || !s->c || !s->e || !s->block || !s->bmax) {
         lmx_sampler_free(s);
         return lmx_fail(err, LMX_ERR_NOMEM, "sampler: no memory for a vocabulary of %d",
                         vocab_size);
@@ -151,6 +154,7 @@ void lmx_sampler_free(lmx_sampler *s) {
     free(s->c);
     free(s->e);
     free(s->block);
+    free(s->bmax);
     free(s);
 }
 
@@ -236,38 +240,76 @@ static size_t select_nucleus(cand *c, size_t n, double want) {
     return lo;
 }
 
-/* The k-th largest value of x[0..n) (duplicates counted); 0 < k <= n. A
- * min-heap of the k largest so far in heap[0..k): one comparison for most
- * tokens, and no gathering. */
-static float kth_largest(const float *x, size_t n, size_t k, float *heap) {
-    size_t size = 0;
-    for (size_t i = 0; i < n; i++) {
-        float v = x[i];
-        if (size == k && !(v > heap[0]))
-            continue;
-        size_t at;
-        if (size < k) { /* grow: sift up from the end */
-            at = size++;
-            while (at > 0 && heap[(at - 1) / 2] > v) {
-                heap[at] = heap[(at - 1) / 2];
-                at = (at - 1) / 2;
-            }
-        } else { /* replace the minimum: sift down from the root */
-            at = 0;
-            for (;;) {
-                size_t child = 2 * at + 1;
-                if (child >= k)
-                    break;
-                if (child + 1 < k && heap[child + 1] < heap[child])
-                    child++;
-                if (!(heap[child] < v))
-                    break;
-                heap[at] = heap[child];
-                at = child;
-            }
+/* Offers v to a min-heap of the k largest so far, heap[0..*size). */
+static inline __attribute__((always_inline)) void heap_offer(float *heap, size_t *size, size_t k, float v) {
+    if (*size == k && !(v > heap[0]))
+        return; /* one comparison for most tokens */
+    size_t at;
+    if (*size < k) { /* grow: sift up from the end */
+        at = (*size)++;
+        while (at > 0 && heap[(at - 1) / 2] > v) {
+            heap[at] = heap[(at - 1) / 2];
+            at = (at - 1) / 2;
         }
-        heap[at] = v;
+    } else { /* replace the minimum: sift down from the root */
+        at = 0;
+        for (;;) {
+            size_t child = 2 * at + 1;
+            if (child >= k)
+                break;
+            if (child + 1 < k && heap[child + 1] < heap[child])
+                child++;
+            if (!(heap[child] < v))
+                break;
+            heap[at] = heap[child];
+            at = child;
+        }
     }
+    heap[at] = v;
+}
+
+/* bmax[b] = the largest of x's block b of MAXB (the last one shorter), 8
+ * independent maxima a step so that the loop vectorizes; returns the
+ * largest of all. x holds no NaN. */
+static float block_maxima(const float *x, int n, float *bmax) {
+    float top = -INFINITY;
+    for (int b = 0; b * MAXB < n; b++) {
+        const float *xb = x + (size_t)b * MAXB;
+        int len = n - b * MAXB < MAXB ? n - b * MAXB : MAXB, i = 0;
+        float m[8];
+        for (int j = 0; j < 8; j++)
+            m[j] = -INFINITY;
+        for (; i + 8 <= len; i += 8)
+            for (int j = 0; j < 8; j++)
+                m[j] = xb[i + j] > m[j] ? xb[i + j] : m[j];
+        for (; i < len; i++)
+            m[0] = xb[i] > m[0] ? xb[i] : m[0];
+        for (int j = 1; j < 8; j++)
+            m[0] = m[j] > m[0] ? m[j] : m[0];
+        bmax[b] = m[0];
+        top = m[0] > top ? m[0] : top;
+    }
+    return top;
+}
+
+/* The k-th largest value of x[0..n) (duplicates counted), 0 < k <= n, from
+ * a min-heap of k. With k blocks or more, the k-th largest block maximum is
+ * a lower bound (k tokens reach it), so only blocks whose maximum reaches it
+ * are read: for top-k's usual k, a few dozen blocks, not the vocabulary. */
+static float kth_largest(const float *x, int n, const float *bmax, size_t k, float *heap) {
+    size_t size = 0, nb = ((size_t)n + MAXB - 1) / MAXB;
+    if (k > nb) {
+        for (int i = 0; i < n; i++)
+            heap_offer(heap, &size, k, x[i]);
+        return heap[0];
+    }
+    for (size_t b = 0; b < nb; b++)
+        heap_offer(heap, &size, k, bmax[b]);
+    float bound = heap[0];
+    size = 0;
+    for (size_t b = 0; b < nb; b++)
+        for (size_t i = b * MAXB; bmax[b] >= bound && i < (size_t)n && i < (b + 1) * MAXB; i++)
+            heap_offer(heap, &size, k, x[i]);
     return heap[0];
 }
 
@@ -300,22 +342,19 @@ static kept_set process(lmx_sampler *s, float *x) {
     cand *c = s->c;
     float *e = s->e;
 
-    /* TemperatureLogitsWarper (its own loop, which vectorizes); then NaN ->
-     * -inf (never drawn) and +inf -> FLT_MAX (so that the exponentials stay
-     * finite: such tokens share the mass). */
-    if (p->temperature != 1.0f)
-        for (int i = 0; i < V; i++)
-            x[i] = x[i] / p->temperature;
-    float smax = -INFINITY;
-    size_t n_finite = 0;
+    /* TemperatureLogitsWarper; then NaN -> -inf (never drawn) and +inf ->
+     * FLT_MAX (so that the exponentials stay finite: such tokens share the
+     * mass). Each its own loop, so that each vectorizes. */
+    const float t = p->temperature;
     for (int i = 0; i < V; i++) {
-        if (x[i] != x[i])
-            x[i] = -INFINITY;
-        else if (x[i] == INFINITY)
-            x[i] = FLT_MAX;
-        smax = x[i] > smax ? x[i] : smax;
-        n_finite += x[i] > -INFINITY;
+        float v = t != 1.0f ? x[i] / t : x[i];
+        v = v != v ? -INFINITY : v;
+        x[i] = v == INFINITY ? FLT_MAX : v;
     }
+    uint32_t n_finite = 0;
+    for (int i = 0; i < V; i++)
+        n_finite += x[i] > -INFINITY;
+    float smax = block_maxima(x, V, s->bmax);
     if (n_finite == 0) { /* nothing can be drawn: fall back to the argmax, token 0 */
         c[0] = (cand){x[0], 0, 1};
         return (kept_set){0, 1, 1};
@@ -349,10 +388,11 @@ static kept_set process(lmx_sampler *s, float *x) {
     size_t n = 0;
     double z_all = 0; /* mass of every token top-k left */
     if (top_k) {
-        float kth = kth_largest(x, (size_t)V, (size_t)p->top_k, e);
-        for (int i = 0; i < V; i++)
-            if (x[i] >= kth)
-                c[n++] = (cand){x[i], i, exp_nonpos(x[i] - smax)};
+        float kth = kth_largest(x, V, s->bmax, (size_t)p->top_k, e);
+        for (int b = 0; b * MAXB < V; b++) /* only blocks that reach kth hold kept tokens */
+            for (int i = b * MAXB; s->bmax[b] >= kth && i < V && i < (b + 1) * MAXB; i++)
+                if (x[i] >= kth)
+                    c[n++] = (cand){x[i], i, exp_nonpos(x[i] - smax)};
     } else {
         /* Top-p alone. The nucleus is a prefix in rank order; tokens more
          * than 20 below the top weigh < e^-19 each, so when the others are
