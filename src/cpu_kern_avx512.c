@@ -40,15 +40,18 @@ static inline __m512 ld_f32_tail(const float *p, int n) { return _mm512_maskz_lo
 
 static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
-/* Decode streams the weights once: software prefetch this far ahead (on
- * top of the hardware's) kept more reads in flight, 15-20% more bandwidth
- * on this machine's 1 and 2 threads. */
-enum { PREFETCH = 4096 };
+/* Decode streams the weights once: software prefetch this many bytes
+ * ahead of each stream (on top of the hardware's) keeps more reads in
+ * flight. The distances are measured (bench/RESULTS.md, session 23): 4 KB
+ * ahead, the earlier distance, was slower on the Zen 5 machine than no
+ * prefetch at all for bf16 (huge pages); float weights are fastest 1 KB
+ * ahead, q8 (malloc'd, 4 KB pages) 2 KB ahead, 1 KB slower there. */
+enum { PREFETCH_FLOAT = 1024, PREFETCH_QUANT = 2048 };
 /* always_inline: a call left out of line is dropped as free of side
  * effects (gcc 12 did so in mv_quant, which then prefetched nothing) */
-static inline __attribute__((always_inline)) void prefetch(const void *p)
+static inline __attribute__((always_inline)) void prefetch(const void *p, int ahead)
 {
-    _mm_prefetch((const char *)p + PREFETCH, _MM_HINT_T0);
+    _mm_prefetch((const char *)p + ahead, _MM_HINT_T0);
 }
 
 /* One x row (decode, GEN_FLOAT_MATVEC1): out[q * ors] = w[q * ws .. + K)
@@ -73,7 +76,7 @@ static inline __attribute__((always_inline)) void prefetch(const void *p)
             for (int q = 0; q < S; q++) {                                                          \
                 const T *wq = w + q * ws + k;                                                      \
                 for (size_t l = 0; l < 64 * sizeof(T); l += 64)                                    \
-                    prefetch((const char *)wq + l);                                                \
+                    prefetch((const char *)wq + l, PREFETCH_FLOAT);                                \
                 a[q][0] = _mm512_fmadd_ps(LD(wq), x0, a[q][0]);                                    \
                 a[q][1] = _mm512_fmadd_ps(LD(wq + 16), x1, a[q][1]);                               \
                 a[q][2] = _mm512_fmadd_ps(LD(wq + 32), x2, a[q][2]);                               \
@@ -207,7 +210,7 @@ static inline __attribute__((always_inline)) void mv_quant(const lmx_cpu_weight 
             for (; j + 1 < m; j += 2) {
                 int c = (g0 + j) * G;
                 for (int q = 0; q < P; q++) {
-                    prefetch(qr[q] + c / 2);
+                    prefetch(qr[q] + c / 2, PREFETCH_QUANT);
                     __m512i b = _mm512_loadu_si512(qr[q] + c / 2), f = _mm512_set1_epi8(15);
                     __m512i lo = _mm512_and_si512(b, f), hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), f);
                     for (int i = 0; i < N; i++) {
@@ -227,7 +230,7 @@ static inline __attribute__((always_inline)) void mv_quant(const lmx_cpu_weight 
         for (; j < m; j++) {
             int c = (g0 + j) * G;
             for (int q = 0; q < P; q++) {
-                prefetch(qr[q] + c / (q4 ? 2 : 1));
+                prefetch(qr[q] + c / (q4 ? 2 : 1), PREFETCH_QUANT);
                 __m512i v = ld_q(qr[q], c, q4, G);
                 for (int i = 0; i < N; i++) {
                     __m512i xv = _mm512_maskz_loadu_epi8(xmask, xq + (size_t)i * K + c);

@@ -168,7 +168,7 @@ static void run_matvec(lmx_cpu_mm *mm, float *out, const float *x, int n, const 
     int T = lmx_pool_threads(mm->pool), N = w->rows;
     /* MV_TASKS tasks a thread, whole multiples of 16 rows: each of a
      * decode task's four row streams (GEN_*_MATVEC) starts cold (the
-     * AVX-512 kernels prefetch 4 KiB ahead of where they read; the
+     * AVX-512 kernels prefetch 1-2 KiB ahead of where they read; the
      * hardware prefetcher has to find the stream), so streams must be
      * long: eight tasks a thread made Qwen3-0.6B q8/q4 decode on two
      * threads 15-25% slower (bench/RESULTS.md); a second task still lets
