@@ -41,13 +41,13 @@ static long status_kb(const char *key)
 
 typedef struct probe_part {
     const uint64_t *p;
-    size_t n;
+    size_t n, ahead; /* ahead: prefetch distance in words, 0 = none */
     uint64_t sum;
     pthread_barrier_t *start;
 } probe_part;
 
 /* The thread's part read as four quarters side by side, with prefetches
- * ahead: decode's matvec reads its rows that way (cpu_kern_avx512.c), and
+ * `ahead`: decode's matvec reads its rows that way (cpu_kern_avx512.c), and
  * one sequential stream a thread read about 70% of it on this project's
  * machine (16 against 20-23 GB/s on two threads). */
 static void *probe_read(void *arg)
@@ -59,7 +59,8 @@ static void *probe_read(void *arg)
     pthread_barrier_wait(a->start);
     for (size_t i = 0; i < q; i += 8)
         for (int j = 0; j < 4; j++) {
-            __builtin_prefetch(p[j] + i + 512); /* 4 KB ahead */
+            if (a->ahead)
+                __builtin_prefetch(p[j] + i + a->ahead);
             for (int k = 0; k < 8; k += 2) {
                 s[2 * j] += p[j][i + k];
                 s[2 * j + 1] += p[j][i + k + 1];
@@ -71,7 +72,10 @@ static void *probe_read(void *arg)
 }
 
 /* Best of 3 timed reads of a buffer 4x the last-level cache (at least
- * 1 GiB), split over `threads` threads; bytes/s, or 0 on failure. */
+ * 1 GiB), split over `threads` threads, for each prefetch distance below;
+ * bytes/s, or 0 on failure. The best distance differs between machines
+ * (4 KB on the Intel machine, 1-2 KB on the AMD one, where 4 KB read less
+ * than none; docs/cpu.md), and the probe is meant as the machine's best. */
 static double probe_bandwidth(int threads, size_t *bytes_out)
 {
     long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
@@ -92,11 +96,12 @@ static double probe_bandwidth(int threads, size_t *bytes_out)
     probe_part *parts = calloc((size_t)threads, sizeof *parts);
     pthread_t *tids = calloc((size_t)threads, sizeof *tids);
     pthread_barrier_t start;
-    for (int rep = 0; parts && tids && rep < 3; rep++) {
+    static const size_t aheads[] = {0, 128, 256, 512}; /* words: none, 1, 2 and 4 KB */
+    for (int rep = 0; parts && tids && rep < 3 * 4; rep++) {
         pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
         size_t per = n / (size_t)threads / 32 * 32; /* four quarters of whole 8-word steps */
         for (int t = 0; t < threads; t++) {
-            parts[t] = (probe_part){buf + (size_t)t * per, per, 0, &start};
+            parts[t] = (probe_part){buf + (size_t)t * per, per, aheads[rep % 4], 0, &start};
             pthread_create(&tids[t], NULL, probe_read, &parts[t]);
         }
         double t0 = now_s();
