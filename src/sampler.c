@@ -268,26 +268,14 @@ static inline __attribute__((always_inline)) void heap_offer(float *heap, size_t
     heap[at] = v;
 }
 
-/* bmax[b] = the largest of x's block b of MAXB (the last one shorter), 8
- * independent maxima a step so that the loop vectorizes; returns the
- * largest of all. x holds no NaN. */
+/* bmax[b] = the largest of x's block b of MAXB (the last one shorter);
+ * returns the largest of all. x holds no NaN. */
 static float block_maxima(const float *x, int n, float *bmax) {
     float top = -INFINITY;
     for (int b = 0; b * MAXB < n; b++) {
-        const float *xb = x + (size_t)b * MAXB;
-        int len = n - b * MAXB < MAXB ? n - b * MAXB : MAXB, i = 0;
-        float m[8];
-        for (int j = 0; j < 8; j++)
-            m[j] = -INFINITY;
-        for (; i + 8 <= len; i += 8)
-            for (int j = 0; j < 8; j++)
-                m[j] = xb[i + j] > m[j] ? xb[i + j] : m[j];
-        for (; i < len; i++)
-            m[0] = xb[i] > m[0] ? xb[i] : m[0];
-        for (int j = 1; j < 8; j++)
-            m[0] = m[j] > m[0] ? m[j] : m[0];
-        bmax[b] = m[0];
-        top = m[0] > top ? m[0] : top;
+        int len = n - b * MAXB < MAXB ? n - b * MAXB : MAXB;
+        bmax[b] = lmx_largest(x + (size_t)b * MAXB, len);
+        top = bmax[b] > top ? bmax[b] : top;
     }
     return top;
 }
