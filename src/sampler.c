@@ -314,6 +314,16 @@ static double sum_block(const float *e, size_t n) {
     return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
+/* TemperatureLogitsWarper; then NaN -> -inf (never drawn) and +inf ->
+ * FLT_MAX (so that the exponentials stay finite: such tokens share the
+ * mass). Never decreasing in x, which lmx_sampler_sample_top relies on. */
+static inline float warped(float x, float t)
+{
+    float v = t != 1.0f ? x / t : x;
+    v = v != v ? -INFINITY : v;
+    return v == INFINITY ? FLT_MAX : v;
+}
+
 /* The kept tokens and their weights (probability relative to the top
  * token's), in one of two layouts. dense: token i has weight e[i] (0 when
  * removed), in blocks of BLOCK whose sums are block[]; used when no top-k or
@@ -324,21 +334,46 @@ typedef struct {
     double total; /* sum of the weights */
 } kept_set;
 
+/* The last filters, on the candidates c[0..n) that top-k kept (top_k set)
+ * or that top-p alone may keep (z_all: the mass of every token).
+ * TopPLogitsWarper: in rank order, a token stays while the probability
+ * ranked above it is < top_p. MinPLogitsWarper: a token goes if its
+ * probability is below min_p times the top one's (e is that ratio
+ * already); the top token always stays. */
+static kept_set narrow(lmx_sampler *s, size_t n, int top_k, double z_all) {
+    const lmx_sampler_params *p = &s->p;
+    cand *c = s->c;
+    if (p->top_p < 1.0f) {
+        if (top_k) {
+            z_all = 0;
+            for (size_t i = 0; i < n; i++)
+                z_all += c[i].e;
+        }
+        n = select_nucleus(c, n, (double)p->top_p * z_all);
+    }
+    if (p->min_p > 0) {
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++)
+            if (c[i].e >= p->min_p)
+                c[m++] = c[i];
+        n = m;
+    }
+    double total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += c[i].e;
+    return (kept_set){0, n, total};
+}
+
 static kept_set process(lmx_sampler *s, float *x) {
     const lmx_sampler_params *p = &s->p;
     const int V = s->vocab;
     cand *c = s->c;
     float *e = s->e;
 
-    /* TemperatureLogitsWarper; then NaN -> -inf (never drawn) and +inf ->
-     * FLT_MAX (so that the exponentials stay finite: such tokens share the
-     * mass). Each its own loop, so that each vectorizes. */
+    /* Each its own loop, so that each vectorizes. */
     const float t = p->temperature;
-    for (int i = 0; i < V; i++) {
-        float v = t != 1.0f ? x[i] / t : x[i];
-        v = v != v ? -INFINITY : v;
-        x[i] = v == INFINITY ? FLT_MAX : v;
-    }
+    for (int i = 0; i < V; i++)
+        x[i] = warped(x[i], t);
     uint32_t n_finite = 0;
     for (int i = 0; i < V; i++)
         n_finite += x[i] > -INFINITY;
@@ -399,38 +434,16 @@ static kept_set process(lmx_sampler *s, float *x) {
         z_all = total;
     }
 
-    /* TopPLogitsWarper: in rank order, a token stays while the probability
-     * ranked above it is < top_p. */
-    if (p->top_p < 1.0f) {
-        if (top_k) {
-            z_all = 0;
-            for (size_t i = 0; i < n; i++)
-                z_all += c[i].e;
-        }
-        n = select_nucleus(c, n, (double)p->top_p * z_all);
-    }
-
-    /* MinPLogitsWarper: drop tokens whose probability is below min_p times the
-     * top one's; e is that ratio already. The top token always stays. */
-    if (p->min_p > 0) {
-        size_t m = 0;
-        for (size_t i = 0; i < n; i++)
-            if (c[i].e >= p->min_p)
-                c[m++] = c[i];
-        n = m;
-    }
+    kept_set k = narrow(s, n, top_k, z_all);
 
     /* Leave the scores as transformers' processors would: -inf where removed. */
-    if (n < n_finite) {
+    if (k.n < n_finite) {
         for (int i = 0; i < V; i++)
             x[i] = -INFINITY;
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < k.n; i++)
             x[c[i].id] = c[i].s;
     }
-    double total = 0;
-    for (size_t i = 0; i < n; i++)
-        total += c[i].e;
-    return (kept_set){0, n, total};
+    return k;
 }
 
 /* Inverse CDF: the first kept token whose cumulative weight exceeds target
@@ -495,4 +508,57 @@ void lmx_sampler_probs(lmx_sampler *s, float *logits, const int32_t *history, si
     }
     for (size_t i = 0; i < k.n; i++)
         probs[s->c[i].id] = (float)(s->c[i].e / k.total);
+}
+
+int lmx_sampler_top_request(const lmx_sampler *s) {
+    const lmx_sampler_params *p = &s->p;
+    if (p->temperature == 0 || p->repetition_penalty != 1.0f || p->top_k <= 0 || p->top_k >= LMX_TOPK_MAX)
+        return 0;
+    return p->top_k + 1;
+}
+
+/* The union of the groups holds the k best tokens (each is among the best
+ * of its own group), so its k-th largest warped score is the vocabulary's
+ * (warped() never decreases). What a full group left out ranks after its
+ * last entry; while that entry warps to less than the k-th, none of it
+ * would be kept. */
+int32_t lmx_sampler_sample_top(lmx_sampler *s, const lmx_scored *top, int groups, int per) {
+    const float t = s->p.temperature;
+    const size_t k = (size_t)s->p.top_k;
+    cand *c = s->c;
+    size_t n = 0, n_finite = 0;
+    float smax = -INFINITY;
+    for (int g = 0; g < groups; g++)
+        for (int j = 0; j < per; j++) {
+            lmx_scored e = top[(size_t)g * per + j];
+            if (e.col < 0 || e.col >= s->vocab)
+                continue;
+            float v = warped(e.score, t);
+            c[n++] = (cand){v, e.col, 0};
+            n_finite += v > -INFINITY;
+            smax = v > smax ? v : smax;
+        }
+    if (n_finite <= k) /* top-k might not apply */
+        return -1;
+    size_t size = 0;
+    for (size_t i = 0; i < n; i++)
+        heap_offer(s->e, &size, k, c[i].s);
+    const float kth = s->e[0];
+    for (int g = 0; g < groups; g++) {
+        lmx_scored last = top[(size_t)g * per + per - 1];
+        if (last.col >= 0 && !(warped(last.score, t) < kth))
+            return -1;
+    }
+    /* the kept ones in id order, as process() gathers them */
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (c[i].s >= kth) {
+            cand v = {c[i].s, c[i].id, exp_nonpos(c[i].s - smax)};
+            size_t at = m++;
+            for (; at > 0 && c[at - 1].id > v.id; at--)
+                c[at] = c[at - 1];
+            c[at] = v;
+        }
+    kept_set kept = narrow(s, m, 1, 0);
+    return draw(s, kept, next_unit(s->rng) * kept.total);
 }

@@ -10,6 +10,7 @@
 
 #include "argmax.h"
 #include "sampler.h"
+#include "topk.h"
 #include "testutil.h"
 
 static lmx_sampler_params params(float t, int k, float p, float minp, float pen) {
@@ -565,6 +566,126 @@ static void big_vocab(void) {
     free(y);
 }
 
+/* ---- drawing from the best scores alone (topk.h) ------------------------- */
+
+static int rank_cmp(const void *pa, const void *pb) {
+    const lmx_scored *a = pa, *b = pb;
+    return lmx_argmax_beats(a->score, a->col, b->score, b->col) ? -1 : 1;
+}
+
+static int same_entry(lmx_scored a, lmx_scored b) {
+    return a.col == b.col && (a.score == b.score || (isnan(a.score) && isnan(b.score)));
+}
+
+/* The groups a backend's read_topk gives: the vocabulary in `groups`
+ * slices, each one's best `per` with vocabulary ids. */
+static void grouped_top(const float *x, int n, int groups, int per, lmx_scored *out) {
+    for (int g = 0; g < groups; g++) {
+        int lo = (int)((long)g * n / groups), hi = (int)((long)(g + 1) * n / groups);
+        lmx_top_scores(x + lo, hi - lo, per, out + (size_t)g * per);
+        for (int j = 0; j < per; j++)
+            if (out[(size_t)g * per + j].col >= 0)
+                out[(size_t)g * per + j].col += lo;
+    }
+}
+
+static void top_scores(void) {
+    /* lmx_top_scores against a full sort by the rule: ties, NaN, infinities
+     * and zeros of both signs, rows shorter and longer than k and than its
+     * 64-wide blocks */
+    const float pool[] = {NAN, -INFINITY, INFINITY, -0.0f, 0.0f, 1, 2, -3, 0.5f, 7};
+    unsigned seed = 11;
+    for (int trial = 0; trial < 600; trial++) {
+        static float v[700];
+        static lmx_scored all[700], got[LMX_TOPK_MAX];
+        int n = 1 + (trial * 37) % 700, k = 1 + (trial * 13) % LMX_TOPK_MAX;
+        for (int i = 0; i < n; i++) {
+            seed = seed * 1103515245u + 12345u;
+            v[i] = trial % 4 ? pool[(seed >> 16) % 10] : (float)((seed >> 8) % 100000) / 7.0f;
+            all[i] = (lmx_scored){v[i], i};
+        }
+        qsort(all, (size_t)n, sizeof *all, rank_cmp);
+        lmx_top_scores(v, n, k, got);
+        for (int j = 0; j < k; j++) {
+            lmx_scored want = j < n ? all[j] : (lmx_scored){NAN, -1};
+            CHECK(same_entry(got[j], want), "top scores trial %d (n %d, k %d) entry %d: %g @%d, want %g @%d", trial,
+                  n, k, j, got[j].score, got[j].col, want.score, want.col);
+        }
+    }
+
+    /* lmx_sampler_sample_top draws what lmx_sampler_sample draws from the
+     * whole logits: same seed, 40 draws, groups as a GPU gives them (128)
+     * and as the CPU does (1) */
+    const int V = 151936;
+    float *x = malloc((size_t)V * sizeof *x), *y = malloc((size_t)V * sizeof *y);
+    lmx_scored *top = malloc((size_t)128 * LMX_TOPK_MAX * sizeof *top);
+    lmx_sampler_params cases[] = {{0.6f, 20, 0.95f, 0, 1, 5}, {1.0f, 64, 1, 0, 1, 6}, {0.7f, 40, 0.9f, 0.05f, 1, 7},
+                                  {1.3f, 1, 1, 0, 1, 8},      {0.6f, 127, 0.8f, 0, 1, 9}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases && x && y && top; c++)
+        for (int groups = 1; groups <= 128; groups += 127) {
+            lmx_sampler *dense = make(cases[c], V), *s = make(cases[c], V);
+            int per = s ? lmx_sampler_top_request(s) : 0, mismatched = 0, undecided = 0;
+            CHECK(per == cases[c].top_k + 1, "case %zu: request %d", c, per);
+            for (int d = 0; d < 40 && dense && s && per; d++) {
+                for (int i = 0; i < V; i++) /* peaked like real logits: a few dozen tokens matter */
+                    x[i] = (float)(30 * pow(test_unit(), 8) - 10 * test_unit());
+                memcpy(y, x, (size_t)V * sizeof *y);
+                int32_t want = lmx_sampler_sample(dense, y, NULL, 0);
+                grouped_top(x, V, groups, per, top);
+                int32_t got = lmx_sampler_sample_top(s, top, groups, per);
+                if (got < 0) { /* an exact tie at the boundary (seen with k 127): as a stream does */
+                    undecided++;
+                    got = lmx_sampler_sample(s, x, NULL, 0);
+                }
+                mismatched += got != want;
+            }
+            CHECK(mismatched == 0 && undecided <= 2, "case %zu, %d groups: %d of 40 draws differ, %d undecided", c,
+                  groups, mismatched, undecided);
+            lmx_sampler_free(dense);
+            lmx_sampler_free(s);
+        }
+
+    /* undecidable: a tie at the top-k boundary with a token its group left
+     * out, directly or once divided by the temperature; no random number
+     * is used up, so the dense draw that follows matches */
+    float lo = 0.9f; /* lo / 0.6 == next / 0.6 for some lo just below 1 */
+    while (nextafterf(lo, 1) / 0.6f != lo / 0.6f)
+        lo = nextafterf(lo, 1);
+    const float tie[] = {5, 3, 3, 3, 1}, warp_tie[] = {lo, nextafterf(lo, 1), -2, -3};
+    struct {
+        const float *x;
+        int n;
+        lmx_sampler_params p;
+    } undecided[] = {{tie, 5, {1.0f, 2, 1, 0, 1, 3}},      /* 3 @1 and @2 listed, 3 @3 left out */
+                     {warp_tie, 4, {0.6f, 1, 1, 0, 1, 3}}}; /* lo @0 warps to the top score too */
+    for (int u = 0; u < 2; u++) {
+        lmx_sampler *dense = make(undecided[u].p, undecided[u].n), *s = make(undecided[u].p, undecided[u].n);
+        int per = s ? lmx_sampler_top_request(s) : 0;
+        lmx_scored t[8];
+        for (int d = 0; d < 20 && dense && s; d++) {
+            float a[8], b[8];
+            memcpy(a, undecided[u].x, (size_t)undecided[u].n * sizeof *a);
+            memcpy(b, a, sizeof b);
+            lmx_top_scores(a, undecided[u].n, per, t);
+            CHECK(lmx_sampler_sample_top(s, t, 1, per) == -1, "undecided case %d draw %d decided", u, d);
+            int32_t want = lmx_sampler_sample(dense, a, NULL, 0), got = lmx_sampler_sample(s, b, NULL, 0);
+            CHECK(got == want, "undecided case %d draw %d: %d after the fallback, want %d", u, d, got, want);
+        }
+        lmx_sampler_free(dense);
+        lmx_sampler_free(s);
+    }
+    lmx_sampler_params no[] = {{0, 20, 1, 0, 1, 1}, {1, 0, 0.9f, 0, 1, 1}, {1, 20, 1, 0, 1.1f, 1},
+                               {1, LMX_TOPK_MAX, 1, 0, 1, 1}};
+    for (int i = 0; i < 4; i++) {
+        lmx_sampler *s = make(no[i], 100);
+        CHECK(s && lmx_sampler_top_request(s) == 0, "case %d (greedy, no top-k, penalty, k too large) asks for top scores", i);
+        lmx_sampler_free(s);
+    }
+    free(x);
+    free(y);
+    free(top);
+}
+
 int main(void) {
     validation();
     greedy();
@@ -578,5 +699,6 @@ int main(void) {
     frequencies();
     seeds();
     big_vocab();
+    top_scores();
     return test_finish();
 }
