@@ -12,6 +12,7 @@
 
 #include "config.h"
 #include "safetensors.h"
+#include "topk.h"
 
 typedef struct lmx_tensor lmx_tensor;   /* defined by each backend */
 
@@ -100,6 +101,12 @@ typedef struct lmx_backend_ops {
      * a float32 tensor and its column by src/argmax.h's rule, into host
      * memory (inside a step: done by step_end at the latest). */
     void (*read_argmax)(lmx_backend *be, float *best, int32_t *col, const lmx_tensor *src, int row);
+    /* Sampling with top-k without the logits: row `row` of a float32
+     * tensor as groups of its k (<= LMX_TOPK_MAX) best entries, each group
+     * the best of its own slice of the columns (src/topk.h), into host
+     * memory with room for LMX_TOPK_GROUPS * k (inside a step: done by
+     * step_end at the latest). Returns the number of groups. */
+    int (*read_topk)(lmx_backend *be, lmx_scored *out, int k, const lmx_tensor *src, int row);
     /* Tensor parallelism (NULL: a backend without it): the first n_rows rows
      * of x become their sum over every rank of the backend's group; every
      * rank calls it, in the same order, from its own thread. */

@@ -440,6 +440,13 @@ static void cpu_read(lmx_backend *be, float *dst, size_t dst_stride, const lmx_t
                (size_t)src->cols * sizeof(float));
 }
 
+static int cpu_read_topk(lmx_backend *be, lmx_scored *out, int k, const lmx_tensor *src, int row)
+{
+    (void)be;
+    lmx_top_scores(f32(src) + (size_t)row * src->cols, src->cols, k, out);
+    return 1; /* one group: the row's own best */
+}
+
 static void cpu_read_argmax(lmx_backend *be, float *best, int32_t *col, const lmx_tensor *src, int row)
 {
     const float *x = f32(src) + (size_t)row * src->cols;
@@ -510,6 +517,7 @@ static const lmx_backend_ops cpu_ops = {
     .copy_rows = cpu_copy_rows,
     .read = cpu_read,
     .read_argmax = cpu_read_argmax,
+    .read_topk = cpu_read_topk,
     .all_reduce = cpu_all_reduce,
     .alloc_cache = cpu_alloc_cache,
 };

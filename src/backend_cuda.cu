@@ -82,10 +82,10 @@ struct rope_table {
 };
 
 struct pending_read {
-    float *dst;
-    size_t stride;          /* floats from one row of dst to the next */
+    char *dst;
+    size_t stride;          /* bytes from one row of dst to the next */
     size_t off, row, rows;  /* in the pinned staging buffer: rows of row bytes at off */
-    float *best;            /* not NULL: read_argmax's, ARGMAX_BLOCKS top1 to merge into best, col */
+    float *best;            /* not NULL: read_argmax's, ARGMAX_BLOCKS entries to merge into best, col */
     int32_t *col;
 };
 
@@ -115,7 +115,7 @@ struct cuda_backend {
 
     /* step state: position and ids in device memory, uploaded from pinned */
     int *h_step, *d_step; /* [0] = pos0, [1..] = ids */
-    struct top1 *d_top1;  /* read_argmax's per-block results */
+    lmx_scored *d_best;   /* read_argmax's and read_topk's per-block results */
     enum step_mode mode;
     int step_rows, step_pos0;
     graph_entry *cur;
@@ -209,7 +209,7 @@ bool blas_ok(cuda_backend *b, cublasStatus_t s, const char *what)
 }
 
 enum { OP_EMBED = 1, OP_RMSNORM, OP_MATMUL, OP_QK, OP_ATTN, OP_MLP, OP_RESIDUAL, OP_CAP, OP_COPY, OP_READ, OP_REDUCE,
-       OP_ARGMAX };
+       OP_ARGMAX, OP_TOPK };
 
 void flush_qk(cuda_backend *b);
 
@@ -1261,8 +1261,8 @@ void cuda_copy_rows(lmx_backend *be, lmx_tensor *dst, int dst_row, const lmx_ten
 void finish_read(const pending_read *r, const char *from)
 {
     if (r->best) {
-        const top1 *p = (const top1 *)from;
-        top1 t = p[0];
+        const lmx_scored *p = (const lmx_scored *)from;
+        lmx_scored t = p[0];
         for (int i = 1; i < ARGMAX_BLOCKS; i++)
             if (lmx_argmax_beats(p[i].score, p[i].col, t.score, t.col))
                 t = p[i];
@@ -1332,7 +1332,8 @@ void cuda_read(lmx_backend *be, float *dst, size_t dst_stride, const lmx_tensor 
         ok(b, cudaStreamSynchronize(b->stream), "read");
         return;
     }
-    stage_read(b, from, pending_read{dst, dst_stride, 0, row, (size_t)n_rows, NULL, NULL}, skip);
+    stage_read(b, from, pending_read{(char *)dst, dst_stride * sizeof(float), 0, row, (size_t)n_rows, NULL, NULL},
+               skip);
 }
 
 /* Only the blocks' best (score, column) pairs cross to the host: 1 KB
@@ -1344,18 +1345,43 @@ void cuda_read_argmax(lmx_backend *be, float *best, int32_t *col, const lmx_tens
     if (!skip && !need_f32(b, src))
         return;
     if (!skip) {
-        launch(b, k_argmax, ARGMAX_BLOCKS, 256, 0, b->d_top1, f32(src) + (size_t)row * src->cols, src->cols);
+        launch(b, k_argmax, ARGMAX_BLOCKS, 256, 0, b->d_best, f32(src) + (size_t)row * src->cols, src->cols);
         launched(b, "argmax");
     }
-    pending_read r = {NULL, 0, 0, sizeof(top1), ARGMAX_BLOCKS, best, col};
+    pending_read r = {NULL, 0, 0, sizeof(lmx_scored), ARGMAX_BLOCKS, best, col};
     if (!read_direct(b)) {
-        stage_read(b, b->d_top1, r, skip);
+        stage_read(b, b->d_best, r, skip);
         return;
     }
-    top1 h[ARGMAX_BLOCKS];
-    if (ok(b, cudaMemcpyAsync(h, b->d_top1, sizeof h, cudaMemcpyDeviceToHost, b->stream), "read_argmax") &&
+    lmx_scored h[ARGMAX_BLOCKS];
+    if (ok(b, cudaMemcpyAsync(h, b->d_best, sizeof h, cudaMemcpyDeviceToHost, b->stream), "read_argmax") &&
         ok(b, cudaStreamSynchronize(b->stream), "read_argmax"))
         finish_read(&r, (const char *)h);
+}
+
+/* The blocks' k best of their slices: 128 * 21 entries (21 KB) for Qwen3's
+ * default top-k of 20 instead of 0.6 MB of logits. */
+int cuda_read_topk(lmx_backend *be, lmx_scored *out, int k, const lmx_tensor *src, int row)
+{
+    cuda_backend *b = cu(be);
+    bool skip = skip_op(b, OP_TOPK, src, NULL, NULL, row, k);
+    if (!skip && !need_f32(b, src))
+        return 0;
+    if (k <= 0 || k > LMX_TOPK_MAX) {
+        fail(b, LMX_ERR_INTERNAL, "cuda: read_topk of %d entries a group (1 to %d)", k, LMX_TOPK_MAX);
+        return 0;
+    }
+    if (!skip) {
+        launch(b, k_topk, LMX_TOPK_GROUPS, TOPK_THREADS, 0, b->d_best, f32(src) + (size_t)row * src->cols, src->cols,
+               k);
+        launched(b, "topk");
+    }
+    pending_read r = {(char *)out, 0, 0, (size_t)LMX_TOPK_GROUPS * k * sizeof(lmx_scored), 1, NULL, NULL};
+    if (!read_direct(b))
+        stage_read(b, b->d_best, r, skip);
+    else if (ok(b, cudaMemcpyAsync(out, b->d_best, r.row, cudaMemcpyDeviceToHost, b->stream), "read_topk"))
+        ok(b, cudaStreamSynchronize(b->stream), "read_topk");
+    return LMX_TOPK_GROUPS;
 }
 
 /* Tensor parallelism: an in-place NCCL all-reduce on the rank's stream
@@ -1495,7 +1521,7 @@ void cuda_destroy(lmx_backend *be)
     if (b->pool)
         lmx_pool_free(b->pool);
     cudaFree(b->d_step);
-    cudaFree(b->d_top1);
+    cudaFree(b->d_best);
     cudaFreeHost(b->h_step);
     cudaFreeHost(b->staging);
     free(b->reads);
@@ -1511,7 +1537,8 @@ const lmx_backend_ops cuda_ops = {
     "cuda",           cuda_destroy,       cuda_weight,    cuda_alloc,      cuda_free,
     cuda_embed,       cuda_rmsnorm,       cuda_matmul,    cuda_matmul_multi, cuda_qk_prepare,
     cuda_attention,   cuda_gated_mlp,     cuda_residual_norm, cuda_softcap, cuda_copy_rows,
-    cuda_read,        cuda_read_argmax,   cuda_all_reduce,    cuda_step_begin,    cuda_step_end,
+    cuda_read,        cuda_read_argmax,   cuda_read_topk,     cuda_all_reduce,    cuda_step_begin,
+    cuda_step_end,
     /* prefill rows: a 4096-token prompt in one chunk (Qwen3-8B: 16.0k tok/s
      * in chunks of 512, 19.2k in one; its activations then take ~0.8 GB) */
     MAX_IDS,
@@ -1564,7 +1591,8 @@ extern "C" lmx_backend *lmx_backend_cuda_new(int device, int quant, lmx_error *e
         (what = "step buffer", e = cudaMallocHost((void **)&b->h_step, (MAX_IDS + 1) * sizeof(int))) == cudaSuccess)
         what = "step buffer", e = cudaMalloc((void **)&b->d_step, (MAX_IDS + 1) * sizeof(int));
     if (e == cudaSuccess)
-        what = "argmax buffer", e = cudaMalloc((void **)&b->d_top1, ARGMAX_BLOCKS * sizeof(top1));
+        what = "argmax and top-k buffer",
+        e = cudaMalloc((void **)&b->d_best, (size_t)LMX_TOPK_GROUPS * LMX_TOPK_MAX * sizeof(lmx_scored));
     if (e == cudaSuccess)
         what = "device attributes", e = cudaDeviceGetAttribute(&b->sms, cudaDevAttrMultiProcessorCount, device);
     if (e == cudaSuccess)

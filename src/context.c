@@ -15,6 +15,7 @@ struct lmx_context {
     lmx_forward_state fs;
     int n_ctx;
     int length;
+    int top_logits; /* the last step was eval_top's: its logits are still there */
 };
 
 lmx_context *lmx_context_new(lmx_model *m, int n_ctx, lmx_error *err)
@@ -91,6 +92,7 @@ lmx_status lmx_context_truncate(lmx_context *c, int n, lmx_error *err)
                             c->length - n, slots - w);
     }
     c->length = n;
+    c->top_logits = 0;
     return LMX_OK;
 }
 
@@ -112,9 +114,10 @@ static lmx_status eval(const char *fn, lmx_context *c, const int32_t *ids, int n
         return lmx_fail(err, LMX_ERR_RANGE,
                         "%s: context full: %d tokens + %d new exceed its %d positions", fn,
                         c->length, n, c->n_ctx);
+    c->top_logits = 0;
     for (int done = 0; done < n;) {
         int k = n - done < c->fs.max_rows ? n - done : c->fs.max_rows;
-        lmx_forward_out chunk = {NULL, out->all_positions, NULL};
+        lmx_forward_out chunk = {.all_positions = out->all_positions};
         if (out->logits && out->all_positions)
             chunk.logits = out->logits + (size_t)done * vocab;
         else if (done + k == n)
@@ -131,7 +134,7 @@ static lmx_status eval(const char *fn, lmx_context *c, const int32_t *ids, int n
 lmx_status lmx_context_eval(lmx_context *c, const int32_t *ids, int n, float *logits,
                             int all_positions, lmx_error *err)
 {
-    lmx_forward_out out = {logits, all_positions, NULL};
+    lmx_forward_out out = {.logits = logits, .all_positions = all_positions};
     return eval("lmx_context_eval", c, ids, n, &out, err);
 }
 
@@ -139,6 +142,28 @@ lmx_status lmx_context_eval_argmax(lmx_context *c, const int32_t *ids, int n, in
 {
     if (!next)
         return lmx_fail(err, LMX_ERR_ARG, "lmx_context_eval_argmax: next is NULL");
-    lmx_forward_out out = {NULL, 0, next};
+    lmx_forward_out out = {.top1 = next};
     return eval("lmx_context_eval_argmax", c, ids, n, &out, err);
+}
+
+size_t lmx_context_top_capacity(const lmx_context *c, int k) { return lmx_model_top_capacity(c->m, k); }
+
+lmx_status lmx_context_eval_top(lmx_context *c, const int32_t *ids, int n, int k, lmx_scored *top, int *groups,
+                                lmx_error *err)
+{
+    if (!top || !groups)
+        return lmx_fail(err, LMX_ERR_ARG, "lmx_context_eval_top: top or groups is NULL");
+    if (k <= 0 || k > LMX_TOPK_MAX)
+        return lmx_fail(err, LMX_ERR_ARG, "lmx_context_eval_top: k = %d outside [1, %d]", k, LMX_TOPK_MAX);
+    lmx_forward_out out = {.top = top, .top_k = k, .top_groups = groups};
+    lmx_status st = eval("lmx_context_eval_top", c, ids, n, &out, err);
+    c->top_logits = st == LMX_OK;
+    return st;
+}
+
+lmx_status lmx_context_last_logits(lmx_context *c, float *logits, lmx_error *err)
+{
+    if (!c->top_logits)
+        return lmx_fail(err, LMX_ERR_ARG, "lmx_context_last_logits: the last step was not lmx_context_eval_top's");
+    return lmx_model_last_logits(c->m, &c->fs, logits, err);
 }

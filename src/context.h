@@ -3,11 +3,23 @@
 #define LMX_CONTEXT_H
 
 #include "lmx.h"
+#include "topk.h"
 
 /* As lmx_context_new, with prefill split into chunks of at most chunk_rows
  * tokens (which also sizes sliding-window caches: window + chunk_rows - 1). */
 lmx_context *lmx_context_new_chunked(lmx_model *m, int n_ctx, int chunk_rows, lmx_error *err);
 /* The most tokens one forward step of c takes (its prefill chunk). */
 int lmx_context_chunk_rows(const lmx_context *c);
+
+/* Entries lmx_context_eval_top's `top` needs for groups of k. */
+size_t lmx_context_top_capacity(const lmx_context *c, int k);
+/* As lmx_context_eval, with the next token's best scores in place of its
+ * logits: *groups groups of k (0 < k <= LMX_TOPK_MAX) in `top`, for
+ * lmx_sampler_sample_top (model.h lmx_forward_out). */
+lmx_status lmx_context_eval_top(lmx_context *c, const int32_t *ids, int n, int k, lmx_scored *top, int *groups,
+                                lmx_error *err);
+/* The logits the last lmx_context_eval_top left on its device, for a draw
+ * that its best scores cannot decide. */
+lmx_status lmx_context_last_logits(lmx_context *c, float *logits, lmx_error *err);
 
 #endif

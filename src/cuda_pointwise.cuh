@@ -361,24 +361,20 @@ __global__ void k_softcap(float *x, size_t n, float cap)
 /* read_argmax: each block the best (score, column) of its share of a row,
  * by src/argmax.h's rule; the host merges the blocks' results. An empty
  * share gives (NaN, INT32_MAX), which every element beats. */
-struct top1 {
-    float score;
-    int32_t col;
-};
 enum { ARGMAX_BLOCKS = 128 };
 
-__device__ __forceinline__ void take_better(top1 &t, float s, int32_t c)
+__device__ __forceinline__ void take_better(lmx_scored &t, float s, int32_t c)
 {
     if (lmx_argmax_beats(s, c, t.score, t.col))
-        t = top1{s, c};
+        t = lmx_scored{s, c};
 }
 
-__global__ void __launch_bounds__(256) k_argmax(top1 *part, const float *x, int n)
+__global__ void __launch_bounds__(256) k_argmax(lmx_scored *part, const float *x, int n)
 {
-    __shared__ top1 warps[8];
+    __shared__ lmx_scored warps[8];
     pdl_trigger();
     pdl_wait();
-    top1 t = {__int_as_float(0x7fc00000), INT32_MAX};
+    lmx_scored t = {__int_as_float(0x7fc00000), INT32_MAX};
     for (int i = blockIdx.x * 256 + threadIdx.x; i < n; i += gridDim.x * 256) /* ascending: ties keep the first */
         take_better(t, x[i], i);
     for (int o = 16; o; o >>= 1)
@@ -391,4 +387,68 @@ __global__ void __launch_bounds__(256) k_argmax(top1 *part, const float *x, int 
             take_better(t, warps[w].score, warps[w].col);
         part[blockIdx.x] = t;
     }
+}
+
+/* read_topk: block b keeps the k best of its slice of a row, [b n / G,
+ * (b + 1) n / G) for G blocks, in src/topk.h's rank order: tiles of the
+ * slice, each behind the k best so far, sorted by a key that orders as the
+ * rank does (bitonic sort in shared memory). Qwen3's and Gemma3's slices
+ * fit one tile. */
+enum { TOPK_TILE = 4096, TOPK_THREADS = 1024 };
+
+/* Larger key, better rank: the score's bits made to order as unsigned
+ * numbers (-0 as +0, NaN lowest), then the column inverted (lower first).
+ * Key 0 is padding and decodes to column -1. */
+__device__ __forceinline__ unsigned long long rank_key(float s, int col)
+{
+    unsigned u = __float_as_uint(s == 0.0f ? 0.0f : s);
+    u = s != s ? 0u : (u & 0x80000000u) ? ~u : u | 0x80000000u;
+    return (unsigned long long)u << 32 | (unsigned)~col;
+}
+
+__device__ __forceinline__ lmx_scored from_key(unsigned long long key)
+{
+    unsigned u = (unsigned)(key >> 32);
+    float s = u == 0 ? __int_as_float(0x7fc00000) : __uint_as_float(u & 0x80000000u ? u & 0x7fffffffu : ~u);
+    return lmx_scored{s, (int32_t)~(unsigned)key};
+}
+
+/* t[0, size) in descending order; size a power of two. */
+__device__ void bitonic_descending(unsigned long long *t, int size)
+{
+    for (int len = 2; len <= size; len <<= 1)
+        for (int stride = len >> 1; stride > 0; stride >>= 1) {
+            for (int p = threadIdx.x; p < size / 2; p += blockDim.x) {
+                int i = 2 * p - (p & (stride - 1)), j = i + stride;
+                unsigned long long a = t[i], b = t[j];
+                if ((a < b) == ((i & len) == 0)) {
+                    t[i] = b;
+                    t[j] = a;
+                }
+            }
+            __syncthreads();
+        }
+}
+
+__global__ void __launch_bounds__(TOPK_THREADS) k_topk(lmx_scored *out, const float *x, int n, int k)
+{
+    __shared__ unsigned long long t[TOPK_TILE];
+    pdl_trigger();
+    pdl_wait();
+    int lo = (int)((long long)blockIdx.x * n / gridDim.x), hi = (int)((long long)(blockIdx.x + 1) * n / gridDim.x);
+    for (int i = threadIdx.x; i < k; i += blockDim.x)
+        t[i] = 0;
+    for (int at = lo; at < hi;) {
+        int take = min(hi - at, TOPK_TILE - k), size = 2;
+        while (size < k + take)
+            size <<= 1;
+        for (int i = k + threadIdx.x; i < size; i += blockDim.x)
+            t[i] = i - k < take ? rank_key(x[at + i - k], at + i - k) : 0ull;
+        __syncthreads();
+        bitonic_descending(t, size);
+        at += take;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < k; i += blockDim.x)
+        out[(size_t)blockIdx.x * k + i] = from_key(t[i]);
 }

@@ -493,6 +493,17 @@ static void emit_logits(const lmx_model *m, const lmx_rank *rk, lmx_rank_state *
     }
 }
 
+/* What a step gives back, as backend.h's step flags: steps that differ in
+ * it run different ops. */
+static int step_flags(const lmx_forward_out *out)
+{
+    if (out->top)
+        return 4 + out->top_k;
+    if (out->top1)
+        return 3;
+    return out->logits ? 1 + (out->all_positions != 0) : 0;
+}
+
 /* One forward step on one rank: every rank calls the same ops in the same
  * order, all-reducing the partial sums of attention and MLP. */
 static lmx_status forward_rank(const lmx_model *m, const lmx_rank *rk, lmx_rank_state *rs, int logits_rows,
@@ -504,7 +515,7 @@ static lmx_status forward_rank(const lmx_model *m, const lmx_rank *rk, lmx_rank_
     float eps = c->rms_eps;
     int p1 = c->norm_plus_one, split = m->n_ranks > 1;
     if (ops->step_begin)
-        ops->step_begin(be, rs, out->top1 ? 3 : out->logits ? 1 + (out->all_positions != 0) : 0, ids, n, pos0);
+        ops->step_begin(be, rs, step_flags(out), ids, n, pos0);
     ops->embed(be, rs->x, rk->embed, ids, n, c->embed_scale, rk->plan.vocab0);
     if (split)
         ops->all_reduce(be, rs->x, n);
@@ -538,6 +549,10 @@ static lmx_status forward_rank(const lmx_model *m, const lmx_rank *rk, lmx_rank_
     if (out->top1) {
         head_rows(m, rk, rs, n - 1, 1);
         ops->read_argmax(be, &rs->top_score, &rs->top_col, rs->logits, 0);
+    } else if (out->top) {
+        head_rows(m, rk, rs, n - 1, 1);
+        size_t share = (size_t)(rk - m->ranks) * LMX_TOPK_GROUPS * out->top_k; /* the rank's own room */
+        rs->top_groups = ops->read_topk(be, out->top + share, out->top_k, rs->logits, 0);
     } else if (out->logits && out->all_positions) {
         emit_logits(m, rk, rs, logits_rows, 0, n, out->logits);
     } else if (out->logits) {
@@ -578,6 +593,41 @@ static int32_t merge_top1(const lmx_model *m, const lmx_forward_state *fs)
     return id;
 }
 
+/* The ranks' groups, each in its own room, moved together and given
+ * vocabulary ids. */
+static int merge_top(const lmx_model *m, const lmx_forward_state *fs, lmx_scored *top, int k)
+{
+    int groups = 0;
+    for (int r = 0; r < m->n_ranks; r++)
+        for (int g = 0; g < fs->ranks[r].top_groups; g++, groups++)
+            for (int j = 0; j < k; j++) {
+                lmx_scored e = top[((size_t)r * LMX_TOPK_GROUPS + g) * k + j];
+                if (e.col >= 0)
+                    e.col += m->ranks[r].plan.vocab0;
+                top[(size_t)groups * k + j] = e;
+            }
+    return groups;
+}
+
+size_t lmx_model_top_capacity(const lmx_model *m, int k) { return (size_t)m->n_ranks * LMX_TOPK_GROUPS * k; }
+
+lmx_status lmx_model_last_logits(lmx_model *m, lmx_forward_state *fs, float *logits, lmx_error *err)
+{
+    for (int r = 0; r < m->n_ranks; r++) {
+        lmx_backend *be = m->ranks[r].be;
+        lmx_rank_state *rs = &fs->ranks[r];
+        int32_t none = 0;
+        /* a step of no rows: the backend's lock, and no recording */
+        if (be->ops->step_begin)
+            be->ops->step_begin(be, rs, 0, &none, 0, 0);
+        be->ops->read(be, logits + m->ranks[r].plan.vocab0, 0, rs->logits, 0, 1);
+        lmx_status st = be->ops->step_end ? be->ops->step_end(be, err) : LMX_OK;
+        if (st)
+            return st;
+    }
+    return LMX_OK;
+}
+
 lmx_status lmx_model_forward(lmx_model *m, lmx_forward_state *fs, const int32_t *ids, int n, int pos0,
                              const lmx_forward_out *out, lmx_error *err)
 {
@@ -597,5 +647,7 @@ lmx_status lmx_model_forward(lmx_model *m, lmx_forward_state *fs, const int32_t 
     }
     if (!st && out->top1)
         *out->top1 = merge_top1(m, fs);
+    if (!st && out->top)
+        *out->top_groups = merge_top(m, fs, out->top, out->top_k);
     return st;
 }

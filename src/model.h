@@ -50,6 +50,7 @@ typedef struct lmx_rank_state {
     lmx_tensor *rows_out, *logits;   /* logits_rows rows of the rank's vocabulary */
     float top_score;                 /* read_argmax of the rank's logits */
     int32_t top_col;
+    int top_groups;                  /* groups read_topk wrote */
 } lmx_rank_state;
 
 typedef struct lmx_forward_state {
@@ -66,16 +67,28 @@ lmx_status lmx_forward_state_init(lmx_model *m, lmx_forward_state *fs, int n_ctx
                                   lmx_error *err);
 void lmx_forward_state_free(lmx_model *m, lmx_forward_state *fs);
 
-/* What a forward step gives back: any of the three may be NULL. */
+/* What a forward step gives back: at most one of logits, top1 and top. */
 typedef struct lmx_forward_out {
     float *logits;     /* the last row's logits (all_positions == 0), or n rows of them */
     int all_positions;
     int32_t *top1;     /* the last row's argmax (src/argmax.h); only that id leaves the device */
+    lmx_scored *top;   /* the last row's best: groups of top_k (backend.h read_topk), room for
+                        * lmx_model_top_capacity; vocabulary ids */
+    int top_k;
+    int *top_groups;   /* the number of groups in top */
 } lmx_forward_out;
 
 /* Runs n (<= max_rows) tokens at positions pos0.. through the model, writing
- * their keys and values into the cache; logits and top1 are not both asked. */
+ * their keys and values into the cache. */
 lmx_status lmx_model_forward(lmx_model *m, lmx_forward_state *fs, const int32_t *ids, int n, int pos0,
                              const lmx_forward_out *out, lmx_error *err);
+
+/* Entries a forward step's `top` may need for groups of k. */
+size_t lmx_model_top_capacity(const lmx_model *m, int k);
+
+/* The logits of the last forward step that asked for `top`, which stay
+ * where they were computed until the next step: for the rare draw that
+ * the best scores cannot decide (lmx_sampler_sample_top). */
+lmx_status lmx_model_last_logits(lmx_model *m, lmx_forward_state *fs, float *logits, lmx_error *err);
 
 #endif

@@ -31,6 +31,9 @@ struct lmx_stream {
     lmx_sampler *sampler;
     int greedy;          /* argmax without a penalty: only the next id is asked for */
     int32_t next;        /* that id, when greedy */
+    int top_per;         /* else, with top-k and no penalty: groups of this many best scores */
+    lmx_scored *top;     /* those groups (lmx_sampler_sample_top), top_groups of them */
+    int top_groups;
     lmx_detok *detok;
     lmx_stopstr stop;
     char *tail;          /* text released at the end */
@@ -143,6 +146,7 @@ static lmx_status prepare(lmx_stream *s)
     if ((st = lmx_sampler_new(&sp, m->cfg.vocab_size, &s->sampler, err)))
         return st;
     s->greedy = s->cfg.temperature == 0 && s->cfg.repetition_penalty == 1;
+    s->top_per = s->greedy ? 0 : lmx_sampler_top_request(s->sampler);
     if (s->how.ctx) {
         s->ctx = s->how.ctx;
     } else {
@@ -160,6 +164,7 @@ static lmx_status prepare(lmx_stream *s)
         return lmx_fail(err, LMX_ERR_RANGE, "the prompt of %d tokens does not fit the context of %d",
                         s->n_prompt, lmx_context_capacity(s->ctx));
     if (!(s->logits = malloc((size_t)m->cfg.vocab_size * sizeof(float))) ||
+        (s->top_per && !(s->top = malloc(lmx_context_top_capacity(s->ctx, s->top_per) * sizeof *s->top))) ||
         !(s->detok = lmx_detok_new(m->tok, 0)))
         return lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
     memcpy(s->eos, m->cfg.eos_ids, sizeof m->cfg.eos_ids);
@@ -205,13 +210,29 @@ static int cancelled(lmx_stream *s)
     return s->cfg.timeout_s > 0 && now_s() - s->t_start > s->cfg.timeout_s;
 }
 
-/* Evaluates n tokens: the next token's scores into s->logits, or when
- * greedy only its id into s->next (no logits come back from a GPU). */
+/* Evaluates n tokens: the next token's scores into s->logits, or what
+ * choosing it needs: when greedy only its id into s->next, with top-k its
+ * best scores into s->top (little comes back from a GPU). */
 static lmx_status eval_tokens(lmx_stream *s, const int32_t *ids, int n)
 {
     if (s->greedy)
         return lmx_context_eval_argmax(s->ctx, ids, n, &s->next, &s->err);
+    if (s->top_per)
+        return lmx_context_eval_top(s->ctx, ids, n, s->top_per, s->top, &s->top_groups, &s->err);
     return lmx_context_eval(s->ctx, ids, n, s->logits, 0, &s->err);
+}
+
+/* The next token from what eval_tokens left; -1 on an error. */
+static int32_t choose(lmx_stream *s)
+{
+    if (s->greedy)
+        return s->next;
+    int32_t id = -1;
+    if (s->top_per && (id = lmx_sampler_sample_top(s->sampler, s->top, s->top_groups, s->top_per)) >= 0)
+        return id;
+    if (s->top_per && lmx_context_last_logits(s->ctx, s->logits, &s->err)) /* undecided: the whole logits */
+        return -1;
+    return lmx_sampler_sample(s->sampler, s->logits, s->tokens, (size_t)s->n_tokens);
 }
 
 /* Evaluates the prompt after what the context already holds. */
@@ -267,7 +288,11 @@ static int step(lmx_stream *s, lmx_token *t)
             return 0;
         }
     }
-    int32_t id = s->greedy ? s->next : lmx_sampler_sample(s->sampler, s->logits, s->tokens, (size_t)s->n_tokens);
+    int32_t id = choose(s);
+    if (id < 0) {
+        s->reason = LMX_STOP_ERROR;
+        return 0;
+    }
     if (!s->cfg.ignore_eos && is_in(s->eos, s->n_eos, id)) {
         s->reason = LMX_STOP_EOS;
         return 0;
@@ -440,6 +465,7 @@ void lmx_stream_close(lmx_stream *s)
     lmx_stopstr_free(&s->stop);
     free(s->tail);
     free(s->logits);
+    free(s->top);
     free(s->tokens);
     free(s);
 }

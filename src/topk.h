@@ -11,8 +11,9 @@ typedef struct lmx_scored {
     int32_t col; /* -1: padding, past the end of a short row */
 } lmx_scored;
 
-/* The most entries a group of a backend's read_topk may be asked for. */
-enum { LMX_TOPK_MAX = 128 };
+/* The most entries a group of a backend's read_topk may be asked for, and
+ * the most groups it writes. */
+enum { LMX_TOPK_MAX = 128, LMX_TOPK_GROUPS = 128 };
 
 /* out[0, k) = the k entries of x[0, n) that rank first, in rank order;
  * entries past n are padding. 0 < k <= LMX_TOPK_MAX. Reads each element

@@ -717,6 +717,7 @@ static void check_prompt(lmx_model *m, lmx_st_set *r, int k, int chunk, int rows
     if (chunk == 0) { /* greedy continuation: one-token steps, recorded and replayed */
         test_greedy(m, c, rows, ids, L, logits + (size_t)(L - 1) * V, V, test_ref(r, k, "greedy"),
                     test_ref(r, k, "margin")->data, greedy_margin, tag);
+        test_sampled(m, rows, ids, L, 6, tag);
     }
     lmx_context_free(c);
     free(logits);
@@ -854,6 +855,51 @@ static void check_argmax(pair *p)
     drop(p, &b);
 }
 
+/* read_topk: each GPU group must be exactly lmx_top_scores of its slice
+ * (the split backend.h names), on rows of Qwen3's and Gemma3's vocabulary
+ * sizes and a short one: random; few distinct values (ties everywhere,
+ * zeros of both signs); NaN scattered; all -inf; all NaN; NaN but one. */
+static void check_topk(pair *p)
+{
+    enum { ROWS = 7, MAXV = 262144 };
+    const int sizes[] = {151936, 262144, 1000};
+    const float pool[] = {0.0f, -0.0f, 1, -1, 2.5f};
+    float *d = malloc((size_t)ROWS * MAXV * 4), nan = NAN;
+    lmx_scored *got = malloc((size_t)LMX_TOPK_GROUPS * LMX_TOPK_MAX * sizeof *got), want[LMX_TOPK_MAX];
+    for (int vs = 0; vs < 3 && d && got; vs++) {
+        int V = sizes[vs];
+        for (int row = 0; row < ROWS; row++)
+            for (int i = 0; i < V; i++) {
+                float *x = d + (size_t)row * V + i;
+                *x = row == 1 ? pool[(unsigned)(frand() * 1e6f) % 5]
+                   : row == 2 && i % 97 == 0 ? nan
+                   : row == 3 ? -INFINITY
+                   : row == 4 || (row == 5 && i != V / 3) ? nan
+                   : row == 6 ? (float)(i % 50) : frand() * 20;
+            }
+        both b = bound(p, ROWS, V, d);
+        for (int row = 0; row < ROWS; row++)
+            for (int k = 1; k <= LMX_TOPK_MAX; k = k * 4 + 1) { /* 1, 5, 21, 85 */
+                int groups = p->gpu->ops->read_topk(p->gpu, got, k, b.g, row), bad = 0;
+                CHECK(groups == LMX_TOPK_GROUPS, "topk: %d groups", groups);
+                for (int g = 0; g < groups && !bad; g++) {
+                    int lo = (int)((long)g * V / groups), hi = (int)((long)(g + 1) * V / groups);
+                    lmx_top_scores(d + (size_t)row * V + lo, hi - lo, k, want);
+                    for (int j = 0; j < k && !bad; j++) {
+                        lmx_scored w = want[j], o = got[(size_t)g * k + j];
+                        w.col = w.col >= 0 ? w.col + lo : -1;
+                        bad = o.col != w.col || !(o.score == w.score || (o.score != o.score && w.score != w.score));
+                        CHECK(!bad, "topk V %d row %d k %d group %d entry %d: %g @%d, want %g @%d", V, row, k, g, j,
+                              o.score, o.col, w.score, w.col);
+                    }
+                }
+            }
+        drop(p, &b);
+    }
+    free(d);
+    free(got);
+}
+
 int main(void)
 {
     if (!lmx_backend_cuda_available()) {
@@ -881,6 +927,7 @@ int main(void)
         check_elementwise(&p, 12000, 96);
         check_attention(&p);
         check_argmax(&p);
+        check_topk(&p);
     }
     if (p.gpu)
         p.gpu->ops->destroy(p.gpu);

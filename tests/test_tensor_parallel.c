@@ -117,6 +117,9 @@ static void check_fixture(const char *name, int n_ranks)
                       i, (int)got, test_argmax(b + (size_t)i * V, V));
             }
             lmx_context_free(c);
+            char tag[64]; /* the ranks' best scores merged */
+            snprintf(tag, sizeof tag, "%s x%d", name, n_ranks);
+            test_sampled(split, 64, ids_t->data, L, 4, tag);
         }
         CHECK(worst <= 1e-4f, "%s x%d %s: relative difference to the unsplit model %g", name, n_ranks,
               chunk ? "token by token" : "whole", worst);

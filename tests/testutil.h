@@ -46,6 +46,14 @@ int32_t test_eval_argmax(lmx_context *c, const int32_t *ids, int n);
 void test_greedy(lmx_model *m, lmx_context *c, int rows, const int32_t *ids, int L, float *last, int V,
                  const lmx_st_tensor *g, const float *margin, float (*min_margin)(const float *, int),
                  const char *tag);
+/* Sampling from the best scores (lmx_context_eval_top and
+ * lmx_sampler_sample_top, as streams with top-k do) against sampling the
+ * whole logits (lmx_context_eval): contexts of `rows`-token chunks given
+ * prompt ids[0, L), then `steps` tokens drawn by the same seed with Qwen3's
+ * and Gemma3's default settings must be the same tokens, and the logits
+ * eval_top leaves for an undecided draw (lmx_context_last_logits) the
+ * same bits as eval's. */
+void test_sampled(lmx_model *m, int rows, const int32_t *ids, int L, int steps, const char *tag);
 /* Logit tolerance with the float16 KV cache (lmx_load_options.kv_f16),
  * relative to max(1, max |logit|) of a row. float16 rounds each key and
  * value by up to 2^-11 relative. Measured worst against transformers over
