@@ -674,6 +674,34 @@ static void top_scores(void) {
         lmx_sampler_free(dense);
         lmx_sampler_free(s);
     }
+    /* speed, reported only: Qwen3's defaults on its vocabulary, the whole
+     * row against its best scores (as the CPU gives them, one group; and
+     * drawing from a GPU's 128) */
+    lmx_sampler_params q3 = {0.6f, 20, 0.95f, 0, 1, 3};
+    lmx_sampler *sd = make(q3, V);
+    int per = sd ? lmx_sampler_top_request(sd) : 0, reps = 50;
+    double t[4] = {0};
+    for (int r = 0; r < reps && sd && x && y && top; r++) {
+        for (int i = 0; i < V; i++)
+            x[i] = (float)(30 * pow(test_unit(), 8) - 10 * test_unit());
+        clock_t c0 = clock();
+        memcpy(y, x, (size_t)V * sizeof *y);
+        lmx_sampler_sample(sd, y, NULL, 0);
+        clock_t c1 = clock();
+        lmx_top_scores(x, V, per, top);
+        clock_t c2 = clock();
+        lmx_sampler_sample_top(sd, top, 1, per);
+        clock_t c3 = clock();
+        grouped_top(x, V, 128, per, top);
+        clock_t c4 = clock();
+        lmx_sampler_sample_top(sd, top, 128, per);
+        t[0] += c1 - c0, t[1] += c2 - c1, t[2] += c3 - c2, t[3] += clock() - c4;
+    }
+    for (int i = 0; i < 4; i++)
+        t[i] *= 1e6 / CLOCKS_PER_SEC / reps;
+    printf("vocab %d, T 0.6 top_k 20 top_p 0.95: whole row %.0f us; best scores %.0f us + draw %.1f us; "
+           "draw from 128 groups %.1f us\n", V, t[0], t[1], t[2], t[3]);
+    lmx_sampler_free(sd);
     lmx_sampler_params no[] = {{0, 20, 1, 0, 1, 1}, {1, 0, 0.9f, 0, 1, 1}, {1, 20, 1, 0, 1.1f, 1},
                                {1, LMX_TOPK_MAX, 1, 0, 1, 1}};
     for (int i = 0; i < 4; i++) {
