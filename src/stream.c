@@ -257,7 +257,10 @@ static int prefill(lmx_stream *s)
             return 0;
         }
         int k = s->n_prompt - i < step ? s->n_prompt - i : step;
-        if (eval_tokens(s, s->tokens + i, k)) {
+        /* only the last step's next token is wanted: the others skip the output head */
+        lmx_status st = i + k < s->n_prompt ? lmx_context_eval(s->ctx, s->tokens + i, k, NULL, 0, &s->err)
+                                            : eval_tokens(s, s->tokens + i, k);
+        if (st) {
             s->reason = LMX_STOP_ERROR;
             return 0;
         }
