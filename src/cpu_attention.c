@@ -118,24 +118,22 @@ static void attn_task(void *ctx, int task, int worker)
             if (b0 >= b1)
                 continue;
             attn_scores(j, j->q + at[r], blk + (size_t)b0 * hd, b1 - b0, sc);
+            int n = b1 - b0; /* plain loops, so that they vectorise */
             float bm = -INFINITY;
-            for (int b = 0; b < b1 - b0; b++) {
-                float s = sc[b] * p->scale;
-                if (p->softcap > 0)
-                    s = p->softcap * tanhf(s / p->softcap);
-                sc[b] = s;
-                bm = s > bm ? s : bm;
-            }
+            for (int b = 0; b < n; b++)
+                sc[b] *= p->scale;
+            if (p->softcap > 0)
+                for (int b = 0; b < n; b++)
+                    sc[b] = p->softcap * tanhf(sc[b] / p->softcap);
+            for (int b = 0; b < n; b++)
+                bm = sc[b] > bm ? sc[b] : bm;
             if (bm > m[r]) {
                 float f = expf(m[r] - bm);
                 l[r] *= f;
                 kern->scale(acc[r], f, hd);
                 m[r] = bm;
             }
-            for (int b = 0; b < b1 - b0; b++) {
-                sc[b] = expf(sc[b] - m[r]);
-                l[r] += sc[b];
-            }
+            l[r] += kern->softmax_exp(sc, m[r], n);
             attn_accum(j, acc[r], blk + (size_t)b0 * hd, b1 - b0, sc);
         }
         t0 += nb;

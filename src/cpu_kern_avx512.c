@@ -47,6 +47,10 @@ static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
  * prefetch at all for bf16 (huge pages); float weights are fastest 1 KB
  * ahead, q8 (malloc'd, 4 KB pages) 2 KB ahead, 1 KB slower there. */
 enum { PREFETCH_FLOAT = 1024, PREFETCH_QUANT = 2048 };
+/* Decode attention streams each KV head's keys, then its values, one row
+ * at a time: 2 KB ahead of each row read its keys and values at 1.3-1.4x
+ * the rate without (bench/RESULTS.md, session 25). */
+enum { PREFETCH_KV = 2048 };
 /* always_inline: a call left out of line is dropped as free of side
  * effects (gcc 12 did so in mv_quant, which then prefetched nothing) */
 static inline __attribute__((always_inline)) void prefetch(const void *p, int ahead)
@@ -667,6 +671,8 @@ GEN_ATTN(gen_f16, uint16_t, dot_f16_avx512, axpy_f16_avx512)
             qv[i] = _mm512_loadu_ps(q + 16 * i);                                                   \
         for (int b = 0; b < nb; b++) {                                                             \
             const T *kb = k + (size_t)b * stride;                                                  \
+            for (int l = 0; l < NV * 16 * (int)sizeof(T); l += 64)                                 \
+                prefetch((const char *)kb + l, PREFETCH_KV);                                       \
             __m512 a0 = _mm512_mul_ps(qv[0], LD(kb)), a1 = _mm512_mul_ps(qv[1], LD(kb + 16));      \
             for (int i = 2; i < NV; i += 2) {                                                      \
                 a0 = _mm512_fmadd_ps(qv[i], LD(kb + 16 * i), a0);                                  \
@@ -684,6 +690,8 @@ GEN_ATTN(gen_f16, uint16_t, dot_f16_avx512, axpy_f16_avx512)
         for (int b = 0; b < nb; b++) {                                                             \
             __m512 pb = _mm512_set1_ps(p[b]);                                                      \
             const T *vb = v + (size_t)b * stride;                                                  \
+            for (int l = 0; l < NV * 16 * (int)sizeof(T); l += 64)                                 \
+                prefetch((const char *)vb + l, PREFETCH_KV);                                       \
             for (int i = 0; i < NV; i++)                                                           \
                 av[i] = _mm512_fmadd_ps(pb, LD(vb + 16 * i), av[i]);                               \
         }                                                                                          \
