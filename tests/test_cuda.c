@@ -102,19 +102,25 @@ static float same(pair *p, const both *b, int n, float tol, const char *what)
 }
 
 /* Float32 rows [rows, cols] copied into activation t of backend be, one
- * row at a time (a one-row weight stays float on a quantizing backend). */
+ * row at a time (a one-row weight stays float on a quantizing backend).
+ * Each row goes through a scratch copy: the CPU backend gives a weight's
+ * source pages back once it has copied them (drop_pages), which zeroes
+ * heap memory, and the checks read data afterwards. */
 static void copy_in(lmx_backend *be, lmx_tensor *t, const float *data, int rows, int cols)
 {
     lmx_error err = {0};
     lmx_tensor *w = NULL;
-    for (int r = 0; r < rows; r++) {
+    float *scratch = malloc((size_t)cols * 4);
+    for (int r = 0; r < rows && scratch; r++) {
+        memcpy(scratch, data + (size_t)r * cols, (size_t)cols * 4);
         lmx_st_tensor row = {.name = "t", .dtype = LMX_DT_F32, .ndim = 2, .shape = {1, cols},
-                             .data = (void *)(data + (size_t)r * cols), .nbytes = (size_t)cols * 4, .file = "test"};
+                             .data = scratch, .nbytes = (size_t)cols * 4, .file = "test"};
         if (!(w = be->ops->weight(be, &row, NULL, 0, &err)))
             break;
         be->ops->copy_rows(be, t, r, w, 0, 1);
         be->ops->free(be, w);
     }
+    free(scratch);
     CHECK(rows == 0 || w != NULL, "weight: %s", err.message); /* one check a tensor */
 }
 
@@ -894,6 +900,7 @@ static void check_topk(pair *p)
                     }
                 }
             }
+        b.host = NULL; /* d is refilled for the next size, freed below */
         drop(p, &b);
     }
     free(d);
