@@ -118,7 +118,7 @@ static void attn_task(void *ctx, int task, int worker)
             if (b0 >= b1)
                 continue;
             attn_scores(j, j->q + at[r], blk + (size_t)b0 * hd, b1 - b0, sc);
-            int n = b1 - b0; /* plain loops, so that they vectorise */
+            int n = b1 - b0; /* loops of their own: the scaling and the exponentials vectorise */
             float bm = -INFINITY;
             for (int b = 0; b < n; b++)
                 sc[b] *= p->scale;

@@ -48,8 +48,9 @@ static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
  * ahead, q8 (malloc'd, 4 KB pages) 2 KB ahead, 1 KB slower there. */
 enum { PREFETCH_FLOAT = 1024, PREFETCH_QUANT = 2048 };
 /* Decode attention streams each KV head's keys, then its values, one row
- * at a time: 2 KB ahead of each row read its keys and values at 1.3-1.4x
- * the rate without (bench/RESULTS.md, session 25). */
+ * at a time: prefetched 2 KB ahead (and the block's softmax vectorised)
+ * the cache reads at 1.3-1.4x the rate without (bench/RESULTS.md,
+ * session 25; 1 KB the same, 4 and 8 KB no better). */
 enum { PREFETCH_KV = 2048 };
 /* always_inline: a call left out of line is dropped as free of side
  * effects (gcc 12 did so in mv_quant, which then prefetched nothing) */
