@@ -39,7 +39,7 @@ static inline float el_f32(const float *p) { return *p; }
 
 /* Decode prefetches each weight stream this many bytes ahead, the
  * AVX-512 path's distances: on the Zen 5 machine with this path forced,
- * two-thread decode 1.14x (bf16 and q8) faster than with none
+ * two-thread decode 1.14x (bf16) and 1.13x (q8) faster than with none
  * (medians of 10 and 5 alternations, bench/RESULTS.md, session 25). */
 enum { PREFETCH_FLOAT = 1024, PREFETCH_QUANT = 2048 };
 
