@@ -42,6 +42,8 @@ static inline float el_f32(const float *p) { return *p; }
  * two-thread decode 1.14x (bf16) and 1.13x (q8) faster than with none
  * (medians of 10 and 5 alternations, bench/RESULTS.md, session 25). */
 enum { PREFETCH_FLOAT = 1024, PREFETCH_QUANT = 2048 };
+/* and each key and value row of decode attention (ATTN8 below) */
+enum { PREFETCH_KV = 2048 };
 
 /* One x row (decode, GEN_FLOAT_MATVEC1): out[q * ors] = w[q * ws .. + K)
  * . x for q < S (S <= MV_STREAMS, a constant where inlined), one weight
@@ -304,8 +306,70 @@ static void scale_avx2(float *y, float a, int n)
         y[i] *= a;
 }
 
-GEN_ATTN(avx2, float, dot_avx2, axpy_avx2)
-GEN_ATTN(f16_avx2, uint16_t, dot_f16_avx2, axpy_f16_avx2)
+GEN_ATTN(gen, float, dot_avx2, axpy_avx2)
+GEN_ATTN(gen_f16, uint16_t, dot_f16_avx2, axpy_f16_avx2)
+
+/* Lane j: the sum of a[j]'s lanes. */
+static inline __m256 hsum8(const __m256 a[8])
+{
+    __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+/* Decode attention with the 16 ymm registers: eight keys scored at once
+ * (each q load serves eight rows, one horizontal reduction for all eight)
+ * when head_dim is a multiple of 8; the accumulator kept in registers 64
+ * elements at a time, across the block, when it is a multiple of 64 (not
+ * loaded and stored back every key); each row prefetched PREFETCH_KV
+ * ahead. Other sizes take the GEN_ATTN kernels. Against those the cache
+ * read 1.05-1.11x as fast for float32 and 1.16-1.32x for float16; neither
+ * half alone was faster (bench/RESULTS.md, session 25). */
+#define ATTN8(SUFFIX, T, LD, GEN)                                                                  \
+    static void attn_scores_##SUFFIX(const float *q, const T *k, size_t stride, int nb, int hd, float *s) \
+    {                                                                                              \
+        int b = 0;                                                                                 \
+        for (; hd % 8 == 0 && b + 8 <= nb; b += 8) {                                               \
+            const T *kb = k + (size_t)b * stride;                                                  \
+            for (size_t l = 0; l < 8 * stride * sizeof(T); l += 64)                                \
+                _mm_prefetch((const char *)kb + l + PREFETCH_KV, _MM_HINT_T0);                     \
+            __m256 a[8];                                                                           \
+            for (int j = 0; j < 8; j++)                                                            \
+                a[j] = _mm256_setzero_ps();                                                        \
+            for (int d = 0; d < hd; d += 8) {                                                      \
+                __m256 qv = _mm256_loadu_ps(q + d);                                                \
+                for (int j = 0; j < 8; j++)                                                        \
+                    a[j] = _mm256_fmadd_ps(qv, LD(kb + (size_t)j * stride + d), a[j]);             \
+            }                                                                                      \
+            _mm256_storeu_ps(s + b, hsum8(a));                                                     \
+        }                                                                                          \
+        attn_scores_##GEN(q, k + (size_t)b * stride, stride, nb - b, hd, s + b);                   \
+    }                                                                                              \
+    static void attn_accum_##SUFFIX(float *acc, const T *v, size_t stride, const float *p, int nb, int hd) \
+    {                                                                                              \
+        if (hd % 64) {                                                                             \
+            attn_accum_##GEN(acc, v, stride, p, nb, hd);                                           \
+            return;                                                                                \
+        }                                                                                          \
+        for (int d0 = 0; d0 < hd; d0 += 64) {                                                      \
+            __m256 av[8];                                                                          \
+            for (int i = 0; i < 8; i++)                                                            \
+                av[i] = _mm256_loadu_ps(acc + d0 + 8 * i);                                         \
+            for (int b = 0; b < nb; b++) {                                                         \
+                __m256 pb = _mm256_set1_ps(p[b]);                                                  \
+                const T *vb = v + (size_t)b * stride + d0;                                         \
+                for (int l = 0; l < 64 * (int)sizeof(T); l += 64)                                  \
+                    _mm_prefetch((const char *)vb + l + PREFETCH_KV, _MM_HINT_T0);                 \
+                for (int i = 0; i < 8; i++)                                                        \
+                    av[i] = _mm256_fmadd_ps(pb, LD(vb + 8 * i), av[i]);                            \
+            }                                                                                      \
+            for (int i = 0; i < 8; i++)                                                            \
+                _mm256_storeu_ps(acc + d0 + 8 * i, av[i]);                                         \
+        }                                                                                          \
+    }
+
+ATTN8(avx2, float, ld_f32, gen)
+ATTN8(f16_avx2, uint16_t, ld_f16, gen_f16)
 
 static const lmx_cpu_kernels avx2 = {
     .path = LMX_CPU_AVX2,
