@@ -331,8 +331,9 @@ static inline __m256 hsum8(const __m256 a[8])
         int b = 0;                                                                                 \
         for (; hd % 8 == 0 && b + 8 <= nb; b += 8) {                                               \
             const T *kb = k + (size_t)b * stride;                                                  \
-            for (size_t l = 0; l < 8 * stride * sizeof(T); l += 64)                                \
-                _mm_prefetch((const char *)kb + l + PREFETCH_KV, _MM_HINT_T0);                     \
+            for (int j = 0; j < 8; j++)                                                            \
+                for (size_t l = 0; l < (size_t)hd * sizeof(T); l += 64)                            \
+                    _mm_prefetch((const char *)(kb + (size_t)j * stride) + l + PREFETCH_KV, _MM_HINT_T0); \
             __m256 a[8];                                                                           \
             for (int j = 0; j < 8; j++)                                                            \
                 a[j] = _mm256_setzero_ps();                                                        \
