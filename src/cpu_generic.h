@@ -244,6 +244,20 @@ static inline void gen_quant_rows(const lmx_cpu_weight *src, const lmx_cpu_weigh
 
 enum { MV_STREAMS = 4 }; /* decode matvec: streams a thread */
 
+/* Decode streams the weights once: the SIMD paths prefetch this many
+ * bytes ahead of each stream (on top of the hardware's), which keeps more
+ * reads in flight. Measured (bench/RESULTS.md): 4 KB ahead, the earlier
+ * distance, was slower on the Zen 5 machine than no prefetch at all for
+ * bf16 (huge pages); float weights are fastest 1 KB ahead, q8 (malloc'd,
+ * 4 KB pages) 2 KB ahead, 1 KB slower there (AVX-512, session 23). The
+ * AVX2 path with these distances: two-thread decode 1.14x (bf16) and
+ * 1.13x (q8) faster than without (session 25). Decode attention streams
+ * each KV head's keys, then its values, a row at a time: 2 KB ahead (with
+ * the block's softmax vectorised) the AVX-512 kernels read the cache at
+ * 1.3-1.4x the rate without (session 25; 1 KB the same, 4 and 8 KB no
+ * better). */
+enum { PREFETCH_FLOAT = 1024, PREFETCH_QUANT = 2048, PREFETCH_KV = 2048 };
+
 /* Decode's float matvec over rows r0..r1 of wd (K a row) with one x row:
  * ROWS(w, ws, K, x, out, ors, S) being a path's always-inline kernel of S
  * weight rows ws elements apart, the rows cut into MV_STREAMS parts and

@@ -37,14 +37,6 @@ static inline float el_bf16(const uint16_t *p) { return lmx_bf16_to_f32(*p); }
 static inline float el_f16(const uint16_t *p) { return h2f(*p); }
 static inline float el_f32(const float *p) { return *p; }
 
-/* Decode prefetches each weight stream this many bytes ahead, the
- * AVX-512 path's distances: on the Zen 5 machine with this path forced,
- * two-thread decode 1.14x (bf16) and 1.13x (q8) faster than with none
- * (medians of 10 and 5 alternations, bench/RESULTS.md, session 25). */
-enum { PREFETCH_FLOAT = 1024, PREFETCH_QUANT = 2048 };
-/* and each key and value row of decode attention (ATTN8 below) */
-enum { PREFETCH_KV = 2048 };
-
 /* One x row (decode, GEN_FLOAT_MATVEC1): out[q * ors] = w[q * ws .. + K)
  * . x for q < S (S <= MV_STREAMS, a constant where inlined), one weight
  * row a stream, all read side by side; each row summed exactly as alone. */

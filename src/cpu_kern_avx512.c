@@ -40,18 +40,6 @@ static inline __m512 ld_f32_tail(const float *p, int n) { return _mm512_maskz_lo
 
 static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
-/* Decode streams the weights once: software prefetch this many bytes
- * ahead of each stream (on top of the hardware's) keeps more reads in
- * flight. The distances are measured (bench/RESULTS.md, session 23): 4 KB
- * ahead, the earlier distance, was slower on the Zen 5 machine than no
- * prefetch at all for bf16 (huge pages); float weights are fastest 1 KB
- * ahead, q8 (malloc'd, 4 KB pages) 2 KB ahead, 1 KB slower there. */
-enum { PREFETCH_FLOAT = 1024, PREFETCH_QUANT = 2048 };
-/* Decode attention streams each KV head's keys, then its values, one row
- * at a time: prefetched 2 KB ahead (and the block's softmax vectorised)
- * the cache reads at 1.3-1.4x the rate without (bench/RESULTS.md,
- * session 25; 1 KB the same, 4 and 8 KB no better). */
-enum { PREFETCH_KV = 2048 };
 /* always_inline: a call left out of line is dropped as free of side
  * effects (gcc 12 did so in mv_quant, which then prefetched nothing) */
 static inline __attribute__((always_inline)) void prefetch(const void *p, int ahead)
