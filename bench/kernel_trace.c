@@ -5,9 +5,9 @@
  *   CUDA_INJECTION64_PATH=build/libkernel_trace.so LMX_TRACE=trace.csv ./gpu_bench DIR
  *   bench/kernel_trace.py trace.csv
  *
- * Rows: kind (K kernel, M copy), start ns, end ns, graph id (0: not from a
- * graph), grid blocks, threads a block, name (a kernel's mangled name; a
- * copy's direction and bytes). */
+ * Rows: kind (K kernel, M copy, R runtime call on the host), start ns, end
+ * ns, graph id (0: not from a graph), grid blocks, threads a block, name (a
+ * kernel's mangled name; a copy's direction and bytes; a call's name). */
 #include <cupti.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +40,12 @@ static void CUPTIAPI buffer_done(CUcontext ctx, uint32_t stream, uint8_t *buffer
             const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)r;
             fprintf(out, "K,%llu,%llu,%u,%d,%d,%s\n", (unsigned long long)k->start, (unsigned long long)k->end,
                     k->graphId, k->gridX * k->gridY * k->gridZ, k->blockX * k->blockY * k->blockZ, k->name);
+        } else if (r->kind == CUPTI_ACTIVITY_KIND_RUNTIME) {
+            const CUpti_ActivityAPI *a = (const CUpti_ActivityAPI *)r;
+            const char *name = NULL;
+            if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, a->cbid, &name) != CUPTI_SUCCESS || !name)
+                name = "?";
+            fprintf(out, "R,%llu,%llu,0,0,0,%s\n", (unsigned long long)a->start, (unsigned long long)a->end, name);
         } else if (r->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
             const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)r;
             fprintf(out, "M,%llu,%llu,%u,0,0,%s %llu\n", (unsigned long long)m->start, (unsigned long long)m->end,
@@ -68,7 +74,8 @@ int InitializeInjection(void)
     }
     if (cuptiActivityRegisterCallbacks(buffer_wanted, buffer_done) != CUPTI_SUCCESS ||
         cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS ||
-        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY) != CUPTI_SUCCESS) {
+        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY) != CUPTI_SUCCESS ||
+        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME) != CUPTI_SUCCESS) {
         fprintf(stderr, "kernel_trace: CUPTI refused the activity trace\n");
         return 0;
     }

@@ -35,19 +35,50 @@ def short(name):
 
 
 def load(path):
-    rows = []
+    """The GPU's records cut into evals, and the host's runtime calls
+    (start, end, name), both in time order."""
+    rows, calls = [], []
     with open(path) as f:
         for line in f:
             kind, start, end, graph, grid, block, name = line.rstrip("\n").split(",", 6)
-            rows.append((int(start), int(end), kind, int(graph), int(grid), int(block), name))
+            if kind == "R":
+                calls.append((int(start), int(end), name))
+            else:
+                rows.append((int(start), int(end), kind, int(graph), int(grid), int(block), name))
     rows.sort()
+    calls.sort()
     evals, cur = [], []
     for r in rows:
         cur.append(r)
         if r[2] == "M" and r[6].startswith("DtoH"):
             evals.append(cur)
             cur = []
-    return evals
+    return evals, calls
+
+
+def host_turn(steps, prev_ends, calls):
+    """The host's turn between steps: per runtime call made from the end of
+    the previous step's last copy to the end of this step, calls a step,
+    mean start after that copy, mean duration; and when the step's first
+    kernel started."""
+    stats = collections.OrderedDict()
+    first = 0.0
+    for step, t0 in zip(steps, prev_ends):
+        first += next(r[0] for r in step if r[2] == "K") - t0
+        seen = set()
+        for start, end, name in calls:
+            if t0 <= start < step[-1][1]:
+                s = stats.setdefault(name, [0, 0.0, 0.0])
+                s[0] += 1
+                s[2] += end - start
+                if name not in seen:
+                    s[1] += start - t0
+                    seen.add(name)
+    n = len(steps)
+    print(f"host turn: the first kernel starts {first / n / 1e3:.1f} us after the previous step's last copy")
+    print(f"{'runtime call':44} {'/step':>6} {'starts at us':>12} {'mean us':>8}")
+    for name, (cnt, at, dur) in sorted(stats.items(), key=lambda kv: kv[1][1]):
+        print(f"{name:44} {cnt / n:6.1f} {at / n / 1e3:12.1f} {dur / cnt / 1e3:8.2f}")
 
 
 def table(title, steps):
@@ -79,24 +110,30 @@ def main():
     ap.add_argument("--prefill", type=int, default=1, help="longest eager evals (prefill) to show")
     ap.add_argument("--steps", type=int, default=32, help="last replayed steps of each kind to average")
     a = ap.parse_args()
-    evals = []
-    for e in load(a.trace):  # from the eval's last upload (its token ids) on: not the model's load
+    evals, ends = [], []  # ends: where the eval before each ended
+    loaded, calls = load(a.trace)
+    for i, e in enumerate(loaded):  # from the eval's last upload (its token ids) on: not the model's load
         ups = [i for i, r in enumerate(e) if r[2] == "M" and r[6].startswith("HtoD")]
         e = e[ups[-1]:] if ups else e
         if any(r[2] == "K" for r in e):
             evals.append(e)
+            ends.append(loaded[i - 1][-1][1] if i else e[0][0])
     eager = [e for e in evals if not any(r[3] for r in e)]
     for e in sorted(eager, key=lambda e: e[0][0] - e[-1][1])[: a.prefill]:
         table(f"eager eval of {sum(r[2] == 'K' for r in e)} kernels", [e])
-    runs = []  # consecutive replayed steps of one size: one decode run
-    for e in evals:
+    runs = []  # consecutive replayed steps of one size: one decode run (indices into evals)
+    for i, e in enumerate(evals):
         graphed = any(r[3] for r in e)
-        if graphed and runs and runs[-1] is not None and len(runs[-1][-1]) == len(e):
-            runs[-1].append(e)
+        if graphed and runs and runs[-1] is not None and len(evals[runs[-1][-1]]) == len(e):
+            runs[-1].append(i)
         else:
-            runs.append([e] if graphed else None)
-    for steps in filter(None, runs):
-        table(f"replayed steps of {len(steps[0])} records", steps[-a.steps:])
+            runs.append([i] if graphed else None)
+    for run in filter(None, runs):
+        run = run[-a.steps:]
+        steps = [evals[i] for i in run]
+        table(f"replayed steps of {len(steps[0])} records", steps)
+        if calls:
+            host_turn(steps, [ends[i] for i in run], calls)
 
 
 if __name__ == "__main__":
