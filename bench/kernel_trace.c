@@ -5,6 +5,8 @@
  *   CUDA_INJECTION64_PATH=build/libkernel_trace.so LMX_TRACE=trace.csv ./gpu_bench DIR
  *   bench/kernel_trace.py trace.csv
  *
+ * With LMX_TRACE_HOST=1 only the host's runtime calls are recorded.
+ *
  * Rows: kind (K kernel, M copy, R runtime call on the host), start ns, end
  * ns, graph id (0: not from a graph), grid blocks, threads a block, name (a
  * kernel's mangled name; a copy's direction and bytes; a call's name). */
@@ -72,9 +74,13 @@ int InitializeInjection(void)
         perror("kernel_trace: LMX_TRACE");
         return 0;
     }
+    /* LMX_TRACE_HOST=1: the runtime calls alone (tracing a graph's kernels
+     * slows its launch on the host) */
+    const char *host = getenv("LMX_TRACE_HOST");
+    int gpu = !(host && *host == '1');
     if (cuptiActivityRegisterCallbacks(buffer_wanted, buffer_done) != CUPTI_SUCCESS ||
-        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS ||
-        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY) != CUPTI_SUCCESS ||
+        (gpu && cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) ||
+        (gpu && cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY) != CUPTI_SUCCESS) ||
         cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME) != CUPTI_SUCCESS) {
         fprintf(stderr, "kernel_trace: CUPTI refused the activity trace\n");
         return 0;

@@ -104,6 +104,17 @@ def table(title, steps):
               f"{100 * added / span:5.1f}%")
 
 
+def host_calls(calls):
+    """Per runtime call: count, median and mean duration."""
+    by = collections.defaultdict(list)
+    for start, end, name in calls:
+        by[name].append(end - start)
+    print(f"{'runtime call':44} {'calls':>7} {'median us':>10} {'mean us':>8}")
+    for name, d in sorted(by.items(), key=lambda kv: -sum(kv[1])):
+        d.sort()
+        print(f"{name:44} {len(d):7d} {d[len(d) // 2] / 1e3:10.2f} {sum(d) / len(d) / 1e3:8.2f}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("trace")
@@ -112,6 +123,9 @@ def main():
     a = ap.parse_args()
     evals, ends = [], []  # ends: where the eval before each ended
     loaded, calls = load(a.trace)
+    if not loaded:  # LMX_TRACE_HOST=1: the runtime calls alone
+        host_calls(calls)
+        return
     for i, e in enumerate(loaded):  # from the eval's last upload (its token ids) on: not the model's load
         ups = [i for i, r in enumerate(e) if r[2] == "M" and r[6].startswith("HtoD")]
         e = e[ups[-1]:] if ups else e

@@ -9,8 +9,9 @@
  *
  * Steps (backend.h step_begin/step_end): a one-token step is run eagerly
  * the first time its (key, flags) is seen, captured as a CUDA graph the
- * second time and replayed after that; positions and token ids live in
- * device memory, so the recorded kernels read them at replay. */
+ * second time and replayed after that (launched by step_begin); positions
+ * and token ids live in device memory, so the recorded kernels read them
+ * at replay. */
 #include <cublas_v2.h>
 #ifdef LMX_HAVE_NCCL
 #include <nccl.h>
@@ -1451,9 +1452,13 @@ void cuda_step_begin(lmx_backend *be, const void *key, int flags, const int32_t 
     graph_entry *g = find_graph(b, key, flags);
     g->used = ++b->clock;
     b->cur = g;
-    if (g->exec)
+    if (g->exec) {
+        /* Launched now, so that the GPU runs the step while the caller walks
+         * its ops (which only fold into the signature, checked in step_end:
+         * a step that differs still reports an error, after its run). */
         b->mode = REPLAY;
-    else if (g->seen >= 1 && !b->status &&
+        ok(b, cudaGraphLaunch(g->exec, b->stream), "graph launch");
+    } else if (g->seen >= 1 && !b->status &&
              ok(b, cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal), "begin capture"))
         b->mode = CAPTURE;
 }
@@ -1473,7 +1478,7 @@ lmx_status cuda_step_end(lmx_backend *be, lmx_error *err)
     }
     if (b->mode == REPLAY && g->sig != b->sig)
         fail(b, LMX_ERR_INTERNAL, "cuda: a step differs from its recording");
-    if ((b->mode == CAPTURE || b->mode == REPLAY) && !b->status)
+    if (b->mode == CAPTURE && !b->status)
         ok(b, cudaGraphLaunch(g->exec, b->stream), "graph launch");
     ok(b, cudaStreamSynchronize(b->stream), "step");
     if (!b->status)

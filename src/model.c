@@ -475,8 +475,12 @@ static void head_rows(const lmx_model *m, const lmx_rank *rk, lmx_rank_state *rs
 {
     lmx_backend *be = rk->be;
     const lmx_backend_ops *ops = be->ops;
-    ops->copy_rows(be, rs->rows_out, 0, rs->h, row0, k);
-    ops->matmul(be, rs->logits, rs->rows_out, rk->lm_head, k);
+    const lmx_tensor *x = rs->h;
+    if (row0) { /* the rows first, as the product reads from row 0 */
+        ops->copy_rows(be, rs->rows_out, 0, rs->h, row0, k);
+        x = rs->rows_out;
+    }
+    ops->matmul(be, rs->logits, x, rk->lm_head, k);
     if (m->cfg.final_softcap > 0)
         ops->softcap(be, rs->logits, k, m->cfg.final_softcap);
 }
