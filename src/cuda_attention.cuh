@@ -483,9 +483,10 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     }
     __syncthreads();
     /* four dimensions of a row a thread (a warp covers whole quantization
-     * groups); rows past the group's compute nothing but still take part
-     * in quant4's shuffles */
-    for (int i = threadIdx.x; i < 4 * hd; i += blockDim.x) {
+     * groups); rows past the group's are left out, unless quantizing: they
+     * compute nothing but still take part in quant4's shuffles */
+    int rows = oq.xq ? 16 : min(16, nq - f0);
+    for (int i = threadIdx.x; i < rows * (hd / 4); i += blockDim.x) {
         int r = i / (hd / 4), d = i % (hd / 4) * 4, f = f0 + r;
         bool valid = f < nq;
         float M = -INFINITY, L = 1, A[4] = {0, 0, 0, 0};
