@@ -472,6 +472,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         a.l[r] += __shfl_xor_sync(0xffffffffu, a.l[r], 1);
         a.l[r] += __shfl_xor_sync(0xffffffffu, a.l[r], 2);
         float *row = ws + (warp * 16 + g + 8 * r) * ldw;
+        if (f0 + g + 8 * r >= nq) /* rows past the group's are never read */
+            continue;
 #pragma unroll
         for (int j = 0; j < HD / 8; j++)
             if (j * 8 < hd)
@@ -505,7 +507,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         }
         size_t qi = valid ? (size_t)(f / G) * H + kvh * G + f % G : 0; /* (query row, head) */
         if (active == 1) { /* no merge needed */
-            float4 o = make_float4(A[0] / L, A[1] / L, A[2] / L, A[3] / L);
+            float il = 1.0f / L;
+            float4 o = make_float4(A[0] * il, A[1] * il, A[2] * il, A[3] * il);
             if (valid)
                 *(float4 *)(out + qi * hd + d) = o;
             if (oq.xq)
