@@ -86,6 +86,29 @@ static void attn_accum(const attn_job *j, float *acc, size_t at, int nb, const f
         j->k->attn_accum(acc, (const float *)j->vc + at, hd, p, nb, hd);
 }
 
+/* One query's online-softmax step over a block of n scores (scaled; keys
+ * it must not see at -inf, which stay so): the softcap, the block's
+ * maximum, the running maximum m and sum l brought up to date, the scores
+ * replaced by their exponentials. Returns the factor by which the running
+ * output sums are to be rescaled (1: none). */
+static float softmax_step(const lmx_cpu_kernels *k, float *s, int n, float softcap, float *m, float *l)
+{
+    float bm = -INFINITY, corr = 1; /* loops of their own: the maximum and the exponentials vectorise */
+    if (softcap > 0)
+        for (int b = 0; b < n; b++)
+            if (s[b] > -INFINITY)
+                s[b] = softcap * tanhf(s[b] / softcap);
+    for (int b = 0; b < n; b++)
+        bm = s[b] > bm ? s[b] : bm;
+    if (bm > *m) {
+        corr = expf(*m - bm);
+        *l *= corr;
+        *m = bm;
+    }
+    *l += k->softmax_exp(s, *m, n); /* no visible key yet: m = -inf, every exponential 0 */
+    return corr;
+}
+
 /* One KV head for a block of up to ATTN_ROWS queries, taken row by row
  * and, within a row, over the query heads that share the KV head (GQA), so
  * that each key and value is read once per block of queries, not once per
@@ -118,22 +141,12 @@ static void attn_task(void *ctx, int task, int worker)
             if (b0 >= b1)
                 continue;
             attn_scores(j, j->q + at[r], blk + (size_t)b0 * hd, b1 - b0, sc);
-            int n = b1 - b0; /* loops of their own: the scaling and the exponentials vectorise */
-            float bm = -INFINITY;
+            int n = b1 - b0;
             for (int b = 0; b < n; b++)
                 sc[b] *= p->scale;
-            if (p->softcap > 0)
-                for (int b = 0; b < n; b++)
-                    sc[b] = p->softcap * tanhf(sc[b] / p->softcap);
-            for (int b = 0; b < n; b++)
-                bm = sc[b] > bm ? sc[b] : bm;
-            if (bm > m[r]) {
-                float f = expf(m[r] - bm);
-                l[r] *= f;
+            float f = softmax_step(kern, sc, n, p->softcap, &m[r], &l[r]);
+            if (f != 1)
                 kern->scale(acc[r], f, hd);
-                m[r] = bm;
-            }
-            l[r] += kern->softmax_exp(sc, m[r], n);
             attn_accum(j, acc[r], blk + (size_t)b0 * hd, b1 - b0, sc);
         }
         t0 += nb;
@@ -247,25 +260,13 @@ static void tile_task(void *ctx, int task, int worker)
                 k->tile(kb + (size_t)b0 * hd, hd, nb - b0 < k->tile_mr ? nb - b0 : k->tile_mr, hd, qt + i0, ldq,
                         nr - i0 < k->tile_nx ? nr - i0 : k->tile_nx, s + (size_t)i0 * ATTN_BLOCK + b0, ATTN_BLOCK);
         for (int r = 0; r < nr; r++) { /* query r sees the block's keys [b0, b1) */
-            float *sr = s + (size_t)r * ATTN_BLOCK, bm = -INFINITY;
+            float *sr = s + (size_t)r * ATTN_BLOCK;
             int b0, b1;
             visible(lo[r], pos[r], t0, nb, &b0, &b1);
-            for (int b = 0; b < nb; b++) {
-                if (b < b0 || b >= b1) {
+            for (int b = 0; b < nb; b++)
+                if (b < b0 || b >= b1)
                     sr[b] = -INFINITY;
-                    continue;
-                }
-                if (p->softcap > 0)
-                    sr[b] = p->softcap * tanhf(sr[b] / p->softcap);
-                bm = sr[b] > bm ? sr[b] : bm;
-            }
-            corr[r] = 1;
-            if (bm > m[r]) {
-                corr[r] = expf(m[r] - bm);
-                l[r] *= corr[r];
-                m[r] = bm;
-            }
-            l[r] += k->softmax_exp(sr, m[r], nb); /* no visible key yet: m = -inf, every p 0 */
+            corr[r] = softmax_step(k, sr, nb, p->softcap, &m[r], &l[r]);
         }
         for (int r0 = 0; r0 < nr; r0 += k->tile_mr)
             for (int d0 = 0; d0 < hd; d0 += k->tile_nx)
