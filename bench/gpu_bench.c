@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend_cuda.h"
 #include "context.h"
 #include "lmx.h"
 #include "model.h"
@@ -25,28 +26,6 @@ static double now(void)
 }
 
 /* Bytes read + written per second by cudaMemcpy of a 2 GiB buffer. */
-static double copy_bandwidth(void)
-{
-    size_t n = (size_t)2 << 30;
-    void *a = NULL, *b = NULL;
-    cudaEvent_t e0, e1;
-    if (cudaMalloc(&a, n) || cudaMalloc(&b, n) || cudaMemset(a, 1, n))
-        return 0;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(e0, 0);
-    for (int i = 0; i < 20; i++)
-        cudaMemcpy(i & 1 ? a : b, i & 1 ? b : a, n, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(e1, 0);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    cudaFree(a);
-    cudaFree(b);
-    return 20.0 * 2 * (double)n / (ms * 1e-3);
-}
-
 /* n bf16 values uniform in (-0.05, 0.05) at device address d. Random
  * rather than constant data: the tensor cores draw more power, and run
  * slower, on data that changes (an 8192^3 product measured 788 TFLOP/s on
@@ -246,7 +225,7 @@ int main(int argc, char **argv)
             quant = atoi(q + (q[0] == 'q'));
         }
     }
-    double bw = profile ? 0 : copy_bandwidth();
+    double bw = profile ? 0 : lmx_backend_cuda_copy_bandwidth(0);
     lmx_error err = {0};
     lmx_load_options o = lmx_load_defaults();
     o.device = LMX_DEVICE_CUDA;

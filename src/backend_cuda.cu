@@ -1554,6 +1554,42 @@ const lmx_backend_ops cuda_ops = {
 
 static int have_driver(void) { return access("/dev/nvidiactl", F_OK) == 0 || access("/dev/dxg", F_OK) == 0; }
 
+extern "C" size_t lmx_backend_cuda_bytes(const lmx_tensor *t)
+{
+    if (!t)
+        return 0;
+    if (t->bits)
+        return (size_t)t->rows *
+               (lmx_quant_row_bytes(t->cols, t->bits) + (size_t)(t->cols / t->group) * sizeof(__half2));
+    return (size_t)t->rows * (size_t)t->cols * lmx_dtype_size(t->dtype);
+}
+
+extern "C" double lmx_backend_cuda_copy_bandwidth(int device)
+{
+    size_t n = (size_t)2 << 30;
+    void *a = NULL, *c = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    float ms = 0;
+    bool fine = cudaSetDevice(device) == cudaSuccess && cudaMalloc(&a, n) == cudaSuccess &&
+                cudaMalloc(&c, n) == cudaSuccess && cudaMemset(a, 1, n) == cudaSuccess &&
+                cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess &&
+                cudaMemcpy(c, a, n, cudaMemcpyDeviceToDevice) == cudaSuccess; /* the warm-up */
+    if (fine) {
+        cudaEventRecord(e0, 0);
+        for (int i = 0; i < 20; i++)
+            cudaMemcpy(i & 1 ? a : c, i & 1 ? c : a, n, cudaMemcpyDeviceToDevice);
+        cudaEventRecord(e1, 0);
+        fine = cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms > 0;
+    }
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    cudaFree(a);
+    cudaFree(c);
+    return fine ? 20.0 * 2 * (double)n / (ms * 1e-3) : 0;
+}
+
 extern "C" int lmx_backend_cuda_available(void)
 {
     if (!have_driver())

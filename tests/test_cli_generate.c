@@ -1,6 +1,6 @@
 /* The text commands end to end: lmx run (streaming and --json), lmx
  * template against transformers' rendering, and lmx chat driven through a
- * pipe, Ctrl-C included. */
+ * pipe, Ctrl-C included; and lmx bench's report and its device choice. */
 #include <cjson/cJSON.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -212,9 +212,41 @@ static void check_chat(void)
     CHECK(strstr(errbuf, "[stopped]") != NULL, "the reply was stopped: %s", errbuf);
 }
 
+/* lmx bench --json on the CPU: the run it was asked for, measured; on
+ * CUDA: the same where a GPU is present, else a failure naming the device. */
+static void check_bench(void)
+{
+    char *out = NULL, cmd[2048];
+    for (int cuda = 0; cuda < 2; cuda++) {
+        const char *dev = cuda ? "cuda" : "cpu";
+        snprintf(cmd, sizeof cmd, "%s bench %s --device %s --prompt 8 --gen 4 --json 2>&1", LMX_BIN, QWEN, dev);
+        int rc = test_run(cmd, &out);
+        if (cuda && rc == 1) { /* no GPU here */
+            CHECK(out && strstr(out, "device cuda"), "bench on cuda without a GPU: %s", out ? out : "");
+            free(out);
+            continue;
+        }
+        cJSON *j = rc == 0 && out ? cJSON_Parse(out) : NULL;
+        CHECK(j != NULL, "%s: rc %d, %s", cmd, rc, out ? out : "");
+        CHECK(j && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(j, "device")), dev) &&
+                  cJSON_GetObjectItem(j, "prompt")->valueint == 8 && cJSON_GetObjectItem(j, "gen")->valueint == 4,
+              "bench on %s: the run asked for: %s", dev, out);
+        const char *rates[] = {"prefill_tok_s", "decode_tok_s", "weight_bytes_per_token", "bandwidth_bytes_s",
+                               "decode_bandwidth_ratio"};
+        for (int i = 0; j && i < 5; i++)
+            CHECK(cJSON_GetObjectItem(j, rates[i])->valuedouble > 0, "bench on %s: %s measured", dev, rates[i]);
+        cJSON_Delete(j);
+        free(out);
+    }
+    snprintf(cmd, sizeof cmd, "%s bench %s --device gpu 2>&1", LMX_BIN, QWEN);
+    CHECK(test_run(cmd, &out) == 2 && out && strstr(out, "--device 'gpu'"), "bad --device: %s", out ? out : "");
+    free(out);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
+    check_bench();
     check_run();
     check_template();
     check_chat();

@@ -1,6 +1,7 @@
-/* lmx bench: prefill and decode speed of a checkpoint on the CPU, against
- * the machine's memory bandwidth measured in the same run (decode reads
- * every weight once per token, so bandwidth is its limit). */
+/* lmx bench: prefill and decode speed of a checkpoint on the CPU or a GPU,
+ * against the memory bandwidth measured in the same run (decode reads
+ * every weight once per token, so bandwidth is its limit): the CPU's by a
+ * read probe, a GPU's by a device-to-device copy. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 
 #include "args.h"
 #include "backend_cpu.h"
+#include "backend_cuda.h"
 #include "commands.h"
 #include "genopts.h"
 #include "lmx.h"
@@ -124,29 +126,31 @@ static double probe_bandwidth(int threads, size_t *bytes_out)
 }
 
 /* Bytes of weights a decode step reads: every matrix once (the output head
- * whole), one embedding row, the norms. */
-static double weight_bytes_per_token(const lmx_model *m)
+ * whole), one embedding row, the norms; `bytes` gives a tensor's on its
+ * backend. */
+static double weight_bytes_per_token(const lmx_model *m, size_t (*bytes)(const lmx_tensor *))
 {
     double b = 0;
     const lmx_config *c = &m->cfg;
-    const lmx_rank *rk = &m->ranks[0]; /* the CPU bench runs one rank */
+    const lmx_rank *rk = &m->ranks[0]; /* the bench runs one rank */
     for (int i = 0; i < c->n_layers; i++) {
         const lmx_tensor *const *t = (const lmx_tensor *const *)&rk->layers[i];
         for (size_t k = 0; k < sizeof rk->layers[i] / sizeof *t; k++)
             if (t[k])
-                b += (double)lmx_backend_cpu_bytes(t[k]);
+                b += (double)bytes(t[k]);
     }
-    b += (double)lmx_backend_cpu_bytes(rk->lm_head) + (double)lmx_backend_cpu_bytes(rk->final_norm);
-    b += (double)lmx_backend_cpu_bytes(rk->embed) / c->vocab_size;
+    b += (double)bytes(rk->lm_head) + (double)bytes(rk->final_norm);
+    b += (double)bytes(rk->embed) / c->vocab_size;
     return b;
 }
 
-/* Key and value bytes attention reads at position pos (float32 cache, or
- * float16 with kv_f16). */
-static double kv_bytes_at(const lmx_model *m, int pos)
+/* Key and value bytes attention reads at position pos: elem bytes an
+ * element (the CPU's float32 cache, or float16 with kv_f16; the GPU's
+ * bf16). */
+static double kv_bytes_at(const lmx_model *m, int pos, double elem)
 {
     const lmx_config *c = &m->cfg;
-    double b = 0, elem = m->opts.kv_f16 ? 2 : 4;
+    double b = 0;
     for (int i = 0; i < c->n_layers; i++) {
         int w = c->layers[i].window, n = w > 0 && w < pos + 1 ? w : pos + 1;
         b += 2.0 * n * c->n_kv_heads * c->head_dim * elem;
@@ -156,8 +160,8 @@ static double kv_bytes_at(const lmx_model *m, int pos)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: lmx bench DIR [--prompt N] [--gen N] [--threads T] [--quant none|q8|q4] [--kv f32|f16]"
-                    " [--mmap] [--prefill-bf16] [--json]\n");
+    fprintf(stderr, "usage: lmx bench DIR [--device cpu|cuda|auto] [--prompt N] [--gen N] [--threads T]"
+                    " [--quant none|q8|q4] [--kv f32|f16] [--mmap] [--prefill-bf16] [--json]\n");
     return 2;
 }
 
@@ -177,6 +181,9 @@ int cmd_bench(int argc, char **argv)
                 return 2;
         } else if (!strcmp(argv[i], "--threads")) {
             if (!(v = args_value(argc, argv, &i)) || args_int(v, 0, 1024, "--threads", &threads))
+                return 2;
+        } else if (!strcmp(argv[i], "--device")) {
+            if (!(v = args_value(argc, argv, &i)) || genopts_device(v, &o.device))
                 return 2;
         } else if (!strcmp(argv[i], "--quant")) {
             if (!(v = args_value(argc, argv, &i)) || genopts_quant(v, &o.quant))
@@ -202,7 +209,6 @@ int cmd_bench(int argc, char **argv)
 
     o.n_threads = (int)threads;
     o.n_ctx = (int)(prompt + gen);
-    o.device = LMX_DEVICE_CPU; /* reads CPU backend internals; GPU: bench/gpu_bench.c */
     lmx_error err = {0};
     double t0 = now_s();
     lmx_model *m = lmx_load(dir, &o, &err);
@@ -217,7 +223,14 @@ int cmd_bench(int argc, char **argv)
         lmx_close(m);
         return 2;
     }
-    int V = lmx_model_vocab_size(m), T = lmx_backend_cpu_threads(m->be);
+    int cuda = !strcmp(m->be->ops->name, "cuda");
+    if (cuda && o.prefill_bf16) {
+        fprintf(stderr, "lmx bench: --prefill-bf16 is a CPU option (on the GPU, products of bf16 weights "
+                        "take bf16 activations in prefill already)\n");
+        lmx_close(m);
+        return 2;
+    }
+    int V = lmx_model_vocab_size(m), T = cuda ? 0 : lmx_backend_cpu_threads(m->be);
     lmx_context *c = lmx_context_new(m, (int)(prompt + gen), &err);
     int32_t *ids = malloc((size_t)prompt * sizeof *ids);
     if (!c || !ids) {
@@ -256,38 +269,50 @@ int cmd_bench(int argc, char **argv)
         return 1;
     }
     long rss_kb = status_kb("VmRSS:"), peak_kb = status_kb("VmHWM:");
-    double wbytes = weight_bytes_per_token(m), kvbytes = kv_bytes_at(m, (int)(prompt + gen / 2));
+    double wbytes = weight_bytes_per_token(m, cuda ? lmx_backend_cuda_bytes : lmx_backend_cpu_bytes);
+    double kvbytes = kv_bytes_at(m, (int)(prompt + gen / 2), cuda || o.kv_f16 ? 2 : 4);
     double tok_bytes = wbytes + kvbytes;
     double pp = (double)prompt / prefill_s, tg = (double)gen / decode_s;
     size_t probe_bytes = 0;
-    double bw = probe_bandwidth(T, &probe_bytes);
+    double bw = cuda ? lmx_backend_cuda_copy_bandwidth(0) : probe_bandwidth(T, &probe_bytes);
     double eff = tok_bytes * tg;
-    const char *qname = o.quant == 8 ? "q8" : o.quant == 4 ? "q4" : "none", *kvname = o.kv_f16 ? "f16" : "f32";
+    const char *qname = o.quant == 8 ? "q8" : o.quant == 4 ? "q4" : "none";
+    const char *kvname = cuda ? "bf16" : o.kv_f16 ? "f16" : "f32";
+    /* the CPU's kernel path, where its weights live and its prefill's x; the GPU's */
+    const char *path = cuda ? "cuda" : lmx_backend_cpu_path(m->be);
+    const char *where = cuda ? "device" : lmx_backend_cpu_weights(m->be);
+    const char *px = cuda ? "bf16" : lmx_backend_cpu_prefill_x(m->be);
     if (json) {
-        printf("{\"model\": \"%s\", \"type\": \"%s\", \"path\": \"%s\", \"threads\": %d, \"quant\": \"%s\", "
-               "\"kv\": \"%s\", \"weights\": \"%s\", \"prefill_x\": \"%s\", \"prompt\": %ld, \"gen\": %ld, "
-               "\"load_s\": %.3f, "
+        printf("{\"model\": \"%s\", \"type\": \"%s\", \"device\": \"%s\", \"path\": \"%s\", \"threads\": %d, "
+               "\"quant\": \"%s\", \"kv\": \"%s\", \"weights\": \"%s\", \"prefill_x\": \"%s\", \"prompt\": %ld, "
+               "\"gen\": %ld, \"load_s\": %.3f, "
                "\"prefill_tok_s\": %.2f, \"ttft_s\": %.4f, \"cold_prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, "
                "\"rss_bytes\": %ld, \"peak_rss_bytes\": %ld, \"weight_bytes_per_token\": %.0f, "
                "\"kv_bytes_per_token\": %.0f, \"bandwidth_bytes_s\": %.0f, \"decode_bytes_s\": %.0f, "
                "\"decode_bandwidth_ratio\": %.3f}\n",
-               dir, lmx_model_type(m), lmx_backend_cpu_path(m->be), T, qname, kvname, lmx_backend_cpu_weights(m->be),
-               lmx_backend_cpu_prefill_x(m->be), prompt, gen, load_s, pp, prefill_s, (double)prompt / cold_s, tg,
-               rss_kb * 1024, peak_kb * 1024, wbytes,
-               kvbytes, bw, eff, bw > 0 ? eff / bw : 0);
+               dir, lmx_model_type(m), cuda ? "cuda" : "cpu", path, T, qname, kvname, where, px, prompt, gen, load_s,
+               pp, prefill_s, (double)prompt / cold_s, tg, rss_kb * 1024, peak_kb * 1024, wbytes, kvbytes, bw, eff,
+               bw > 0 ? eff / bw : 0);
     } else {
-        printf("model:              %s (%s), %s path, %d threads, quant %s, kv %s, weights %s, prefill x %s\n", dir,
-               lmx_model_type(m), lmx_backend_cpu_path(m->be), T, qname, kvname, lmx_backend_cpu_weights(m->be),
-               lmx_backend_cpu_prefill_x(m->be));
+        if (cuda)
+            printf("model:              %s (%s), cuda (GPU 0), quant %s, kv %s, prefill x %s\n", dir,
+                   lmx_model_type(m), qname, kvname, px);
+        else
+            printf("model:              %s (%s), %s path, %d threads, quant %s, kv %s, weights %s, prefill x %s\n",
+                   dir, lmx_model_type(m), path, T, qname, kvname, where, px);
         printf("load:               %.2f s\n", load_s);
         printf("prefill:            %ld tokens in %.3f s = %.1f tok/s (time to first token %.3f s)\n", prompt,
                prefill_s, pp, prefill_s);
         printf("first prefill:      %.3f s = %.1f tok/s (a fresh context: its KV cache faulted in)\n", cold_s,
                (double)prompt / cold_s);
         printf("decode:             %ld tokens in %.3f s = %.2f tok/s\n", gen, decode_s, tg);
-        printf("resident memory:    %.1f MB (peak %.1f MB)\n", rss_kb / 1024.0, peak_kb / 1024.0);
+        printf("resident memory:    %.1f MB (peak %.1f MB)%s\n", rss_kb / 1024.0, peak_kb / 1024.0,
+               cuda ? " on the host" : "");
         printf("bytes per token:    %.1f MB weights + %.1f MB KV cache\n", wbytes / 1e6, kvbytes / 1e6);
-        printf("memory bandwidth:   %.1f GB/s (%d threads reading %.0f MB)\n", bw / 1e9, T, probe_bytes / 1e6);
+        if (cuda)
+            printf("memory bandwidth:   %.1f GB/s (device-to-device copy of 2 GiB, bytes read + written)\n", bw / 1e9);
+        else
+            printf("memory bandwidth:   %.1f GB/s (%d threads reading %.0f MB)\n", bw / 1e9, T, probe_bytes / 1e6);
         printf("decode bandwidth:   %.1f GB/s = %.0f%% of measured\n", eff / 1e9, bw > 0 ? 100 * eff / bw : 0);
     }
     free(ids);
