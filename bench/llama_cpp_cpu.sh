@@ -12,7 +12,7 @@
 # For each model and format pair (bf16/BF16, q8/Q8_0, q4/Q4_0) it runs,
 # alternately, REPS times: llama-bench prefill (-p $PROMPT, with -n $GEN
 # from an empty context for reference) and decode at the depth lmx decodes
-# at (-n $GEN -d $PROMPT), then `lmx bench --prompt $PROMPT --gen $GEN` (once
+# at (-n $GEN -d $PROMPT), then `lmx bench --device cpu --prompt $PROMPT --gen $GEN` (once
 # per KV cache type in $KV; with PREFILL_BF16=1, bf16 weights once more with
 # --prefill-bf16, x rounded to bf16 in prompts: an extra row against the same
 # llama.cpp BF16 numbers); every line of results goes to $OUT (JSON lines) and a
@@ -70,7 +70,7 @@ for model in "$@"; do
             [ "$q" = none ] && [ "$PREFILL_BF16" = 1 ] && xs+=(--prefill-bf16)
             for kv in $KV; do
                 for x in "${xs[@]}"; do
-                    "$LMX" bench "$dir" --prompt "$PROMPT" --gen "$GEN" --threads "$T" --quant "$q" --kv "$kv" $x --json |
+                    "$LMX" bench "$dir" --device cpu --prompt "$PROMPT" --gen "$GEN" --threads "$T" --quant "$q" --kv "$kv" $x --json |
                         sed "s/^{/{\"tool\": \"lmx\", \"model_name\": \"$model\", /" >> "$OUT"
                 done
             done
