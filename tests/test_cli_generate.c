@@ -228,13 +228,17 @@ static void check_bench(void)
         }
         cJSON *j = rc == 0 && out ? cJSON_Parse(out) : NULL;
         CHECK(j != NULL, "%s: rc %d, %s", cmd, rc, out ? out : "");
-        CHECK(j && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(j, "device")), dev) &&
-                  cJSON_GetObjectItem(j, "prompt")->valueint == 8 && cJSON_GetObjectItem(j, "gen")->valueint == 4,
-              "bench on %s: the run asked for: %s", dev, out);
+        cJSON *d = cJSON_GetObjectItem(j, "device"), *p = cJSON_GetObjectItem(j, "prompt"),
+              *g = cJSON_GetObjectItem(j, "gen");
+        CHECK(cJSON_IsString(d) && !strcmp(d->valuestring, dev) && cJSON_IsNumber(p) && p->valueint == 8 &&
+                  cJSON_IsNumber(g) && g->valueint == 4,
+              "bench on %s: the run asked for: %s", dev, out ? out : "");
         const char *rates[] = {"prefill_tok_s", "decode_tok_s", "weight_bytes_per_token", "bandwidth_bytes_s",
                                "decode_bandwidth_ratio"};
-        for (int i = 0; j && i < 5; i++)
-            CHECK(cJSON_GetObjectItem(j, rates[i])->valuedouble > 0, "bench on %s: %s measured", dev, rates[i]);
+        for (int i = 0; i < 5; i++) {
+            cJSON *r = cJSON_GetObjectItem(j, rates[i]);
+            CHECK(cJSON_IsNumber(r) && r->valuedouble > 0, "bench on %s: %s measured", dev, rates[i]);
+        }
         cJSON_Delete(j);
         free(out);
     }
