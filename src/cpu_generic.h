@@ -258,6 +258,14 @@ enum { MV_STREAMS = 4 }; /* decode matvec: streams a thread */
  * better). */
 enum { PREFETCH_FLOAT = 1024, PREFETCH_QUANT = 2048, PREFETCH_KV = 2048 };
 
+/* The line `ahead` bytes past p into every cache level (prefetcht0).
+ * always_inline: a call left out of line is dropped as free of side
+ * effects (gcc 12 did so in mv_quant, which then prefetched nothing). */
+static inline __attribute__((always_inline)) void prefetch(const void *p, int ahead)
+{
+    __builtin_prefetch((const char *)p + ahead, 0, 3);
+}
+
 /* Decode's float matvec over rows r0..r1 of wd (K a row) with one x row:
  * ROWS(w, ws, K, x, out, ors, S) being a path's always-inline kernel of S
  * weight rows ws elements apart, the rows cut into MV_STREAMS parts and

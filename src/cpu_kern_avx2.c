@@ -54,7 +54,7 @@ static inline float el_f32(const float *p) { return *p; }
             for (int q = 0; q < S; q++) {                                                          \
                 const T *wq = w + q * ws + k;                                                      \
                 for (size_t l = 0; l < 32 * sizeof(T); l += 64)                                    \
-                    _mm_prefetch((const char *)wq + l + PREFETCH_FLOAT, _MM_HINT_T0);              \
+                    prefetch((const char *)wq + l, PREFETCH_FLOAT);                                \
                 a[q][0] = _mm256_fmadd_ps(LD(wq), x0, a[q][0]);                                    \
                 a[q][1] = _mm256_fmadd_ps(LD(wq + 8), x1, a[q][1]);                                \
                 a[q][2] = _mm256_fmadd_ps(LD(wq + 16), x2, a[q][2]);                               \
@@ -145,7 +145,7 @@ static inline __attribute__((always_inline)) void mv_quant(const lmx_cpu_weight 
         for (int c = g * G; c < (g + 1) * G; c += 32) {
             const int8_t *xc = x->xq + c;
             for (int q = 0; q < P; q++) {
-                _mm_prefetch((const char *)qr[q] + c / (q4 ? 2 : 1) + PREFETCH_QUANT, _MM_HINT_T0);
+                prefetch(qr[q] + c / (q4 ? 2 : 1), PREFETCH_QUANT);
                 if (q4) { /* low nibbles (evens), then high (odds), as xq is ordered */
                     __m128i b = _mm_loadu_si128((const void *)(qr[q] + c / 2));
                     __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(b, low4)),
@@ -325,7 +325,7 @@ static inline __m256 hsum8(const __m256 a[8])
             const T *kb = k + (size_t)b * stride;                                                  \
             for (int j = 0; j < 8; j++)                                                            \
                 for (size_t l = 0; l < (size_t)hd * sizeof(T); l += 64)                            \
-                    _mm_prefetch((const char *)(kb + (size_t)j * stride) + l + PREFETCH_KV, _MM_HINT_T0); \
+                    prefetch((const char *)(kb + (size_t)j * stride) + l, PREFETCH_KV);              \
             __m256 a[8];                                                                           \
             for (int j = 0; j < 8; j++)                                                            \
                 a[j] = _mm256_setzero_ps();                                                        \
@@ -352,7 +352,7 @@ static inline __m256 hsum8(const __m256 a[8])
                 __m256 pb = _mm256_set1_ps(p[b]);                                                  \
                 const T *vb = v + (size_t)b * stride + d0;                                         \
                 for (int l = 0; l < 64 * (int)sizeof(T); l += 64)                                  \
-                    _mm_prefetch((const char *)vb + l + PREFETCH_KV, _MM_HINT_T0);                 \
+                    prefetch((const char *)vb + l, PREFETCH_KV);                                   \
                 for (int i = 0; i < 8; i++)                                                        \
                     av[i] = _mm256_fmadd_ps(pb, LD(vb + 8 * i), av[i]);                            \
             }                                                                                      \

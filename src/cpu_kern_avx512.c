@@ -40,13 +40,6 @@ static inline __m512 ld_f32_tail(const float *p, int n) { return _mm512_maskz_lo
 
 static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
-/* always_inline: a call left out of line is dropped as free of side
- * effects (gcc 12 did so in mv_quant, which then prefetched nothing) */
-static inline __attribute__((always_inline)) void prefetch(const void *p, int ahead)
-{
-    _mm_prefetch((const char *)p + ahead, _MM_HINT_T0);
-}
-
 /* One x row (decode, GEN_FLOAT_MATVEC1): out[q * ors] = w[q * ws .. + K)
  * . x for q < S (S <= MV_STREAMS, a constant where inlined), one weight
  * row a stream, all read side by side, each with its prefetch: Gemma3-1B
@@ -183,8 +176,8 @@ static inline __attribute__((always_inline)) void mv_quant(const lmx_cpu_weight 
         /* the scales and biases are streams of their own, four rows ahead
          * (the weights' prefetch does not reach them): Qwen3-0.6B q8 decode
          * on two threads ~7% faster (bench/RESULTS.md, session 23) */
-        _mm_prefetch((const char *)(sc[q] + 4 * ng), _MM_HINT_T0);
-        _mm_prefetch((const char *)(bi[q] + 4 * ng), _MM_HINT_T0);
+        prefetch(sc[q] + 4 * ng, 0);
+        prefetch(bi[q] + 4 * ng, 0);
     }
     for (int a = 0; a < P * N; a++)
         acc[a] = acc2[a] = _mm512_setzero_ps(), bacc[a] = _mm256_setzero_ps();
