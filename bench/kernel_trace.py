@@ -127,7 +127,7 @@ def main():
         host_calls(calls)
         return
     for i, e in enumerate(loaded):  # from the eval's last upload (its token ids) on: not the model's load
-        ups = [i for i, r in enumerate(e) if r[2] == "M" and r[6].startswith("HtoD")]
+        ups = [k for k, r in enumerate(e) if r[2] == "M" and r[6].startswith("HtoD")]
         e = e[ups[-1]:] if ups else e
         if any(r[2] == "K" for r in e):
             evals.append(e)
