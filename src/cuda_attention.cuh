@@ -373,18 +373,17 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
 {
     constexpr int P = HD / 64;
     head_pairs<P> hq, hk;
-    if (fz.k) {
-        load_pairs(hq, fz.qn, fz.dt_q, fz.inv, hd, fz.plus_one, true);
-        load_pairs(hk, fz.kn, fz.dt_k, fz.inv, hd, fz.plus_one, true);
-    }
-    pdl_trigger();
-    pdl_wait();
     const int LD = HD + 8;
     extern __shared__ __align__(16) bf16 dsh[];
     bf16 *Qs = dsh;
     int G = H / KVH, nq = G * n_rows, qtiles = (nq + 15) / 16;
     int kvh = blockIdx.x / qtiles, f0 = blockIdx.x % qtiles * 16, s = blockIdx.y, nsplit = gridDim.y;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
+    /* Before the wait, off the path from the q/k/v product: the position
+     * (the host wrote dpos before the step's first kernel), RoPE's angles
+     * at it (q and k share the frequencies) and, with fz.k, the first
+     * chunk's keys of earlier steps (this step's keys are the kernel's to
+     * write). */
     int base = dpos ? *dpos : pos0, last = base + n_rows - 1, lo;
     int active = dec_active(base, n_rows, window, nsplit, &lo);
     if (s >= active)
@@ -394,20 +393,35 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     const bf16 *kh = kc + (size_t)kvh * hd, *vh = vc + (size_t)kvh * hd;
     bf16 *Kw = Qs + 16 * LD + warp * 4 * DEC_KEYS * LD; /* buffer b: K at Kw + 2b DEC_KEYS ld, V after */
     int c = s * DEC_WARPS + warp;
-    /* Chunk cn into the buffer at Kb (K, then V). With fz.k the step's keys
-     * in it (at most two chunks hold any) are computed here, to the cache
-     * for later steps and straight into the buffer, whose rows for them
-     * stage_kv leaves alone. */
-    auto stage = [&](int cn, bf16 *Kb) {
-        int t0 = lo + cn * DEC_KEYS;
-        stage_kv(Kb, Kb + DEC_KEYS * LD, pitched{LD}, kh, vh, kvs, slots, hd, t0, DEC_KEYS, last,
+    /* Chunk cn into the buffer at Kb (K, then V): the keys in the cache,
+     * then (fz.k) the step's keys in it (at most two chunks hold any),
+     * computed here, to the cache for later steps and straight into the
+     * buffer, whose rows for them stage_kv leaves alone. */
+    auto stage_cache = [&](int cn, bf16 *Kb) {
+        stage_kv(Kb, Kb + DEC_KEYS * LD, pitched{LD}, kh, vh, kvs, slots, hd, lo + cn * DEC_KEYS, DEC_KEYS, last,
                  fz.k ? base : last + 1, lane, 32);
+    };
+    rope_angles<P> at_base = {};
+    if (fz.k) {
+        load_pairs(hq, fz.qn, fz.dt_q, fz.inv, hd, fz.plus_one, true);
+        load_pairs(hk, fz.kn, fz.dt_k, fz.inv, hd, fz.plus_one, true);
+        at_base = angles_at(hq, base);
+        if (c < chunks)
+            stage_cache(c, Kw);
+    }
+    pdl_trigger();
+    pdl_wait();
+    auto stage_step = [&](int cn, bf16 *Kb) {
+        int t0 = lo + cn * DEC_KEYS;
         for (int t = max(base, t0); fz.k && t <= min(last, t0 + DEC_KEYS - 1); t++) {
             size_t at = (size_t)(t - base) * kvs + (size_t)kvh * hd, slot = (size_t)(t % slots) * kvs + kvh * hd;
             float k0[P], k1[P], v0[P], v1[P];
             load_head(k0, k1, fz.k + at, hd, true);
             load_head(v0, v1, fz.v + at, hd, true);
-            norm_rope(k0, k1, hk, hd, fz.eps, t);
+            rope_angles<P> ra = at_base;
+            if (t != base)
+                ra = angles_at(hk, t);
+            norm_rotate(k0, k1, hk, hd, fz.eps, ra);
             store_head(fz.kc + slot, k0, k1, hd);
             store_head(fz.vc + slot, v0, v1, hd);
             store_head(Kb + (t - t0) * LD, k0, k1, hd);
@@ -425,14 +439,21 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         int r = warp + DEC_WARPS * i, f = min(f0 + r, nq - 1);
         load_head(x0[i], x1[i], q + ((size_t)(f / G) * H + kvh * G + f % G) * hd, hd, fz.k && f0 + r < nq);
     }
-    if (c < chunks)
-        stage(c, Kw);
+    if (c < chunks) {
+        if (!fz.k) /* the step's keys are in the cache: read after the wait */
+            stage_cache(c, Kw);
+        stage_step(c, Kw);
+    }
     if (fz.k) {
 #pragma unroll
         for (int i = 0; i < QR; i++) {
             int r = warp + DEC_WARPS * i;
-            if (f0 + r < nq) /* warp-uniform */
-                norm_rope(x0[i], x1[i], hq, hd, fz.eps, base + (f0 + r) / G);
+            if (f0 + r < nq) { /* warp-uniform */
+                rope_angles<P> ra = at_base;
+                if (f0 + r >= G) /* a later query row */
+                    ra = angles_at(hq, base + (f0 + r) / G);
+                norm_rotate(x0[i], x1[i], hq, hd, fz.eps, ra);
+            }
             store_head(Qs + r * LD, x0[i], x1[i], hd);
         }
     } else {
@@ -453,7 +474,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     for (int k = 0; c < chunks; c += stride, k++) {
         bf16 *Kb = Kw + (k & 1) * 2 * DEC_KEYS * LD;
         if (c + stride < chunks) {
-            stage(c + stride, Kw + ((k + 1) & 1) * 2 * DEC_KEYS * LD);
+            stage_cache(c + stride, Kw + ((k + 1) & 1) * 2 * DEC_KEYS * LD);
+            stage_step(c + stride, Kw + ((k + 1) & 1) * 2 * DEC_KEYS * LD);
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();

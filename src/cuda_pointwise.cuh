@@ -204,11 +204,24 @@ __device__ __forceinline__ void load_pairs(head_pairs<P> &h, const void *nw, int
     }
 }
 
+/* RoPE's cosines and sines at position pos for the pairs a lane holds. */
+template <int P> struct rope_angles {
+    float c[P], s[P];
+};
+template <int P> __device__ __forceinline__ rope_angles<P> angles_at(const head_pairs<P> &h, int pos)
+{
+    rope_angles<P> a;
+#pragma unroll
+    for (int j = 0; j < P; j++)
+        sincosf((float)pos * h.f[j], &a.s[j], &a.c[j]);
+    return a;
+}
+
 /* One head row held by a warp in pairs (every lane calls it): RMSNorm over
- * hd, then rotate-half RoPE at position pos, in place (one sincos a pair). */
+ * hd, then rotate-half RoPE by the angles of its position, in place. */
 template <int P>
-__device__ __forceinline__ void norm_rope(float (&x0)[P], float (&x1)[P], const head_pairs<P> &h, int hd, float eps,
-                                          int pos)
+__device__ __forceinline__ void norm_rotate(float (&x0)[P], float (&x1)[P], const head_pairs<P> &h, int hd, float eps,
+                                           const rope_angles<P> &r)
 {
     float ss = 0;
 #pragma unroll
@@ -217,11 +230,18 @@ __device__ __forceinline__ void norm_rope(float (&x0)[P], float (&x1)[P], const 
     float rs = 1.0f / sqrtf(warp_sum(ss) / hd + eps);
 #pragma unroll
     for (int j = 0; j < P; j++) {
-        float a = x0[j] * rs * h.w0[j], b = x1[j] * rs * h.w1[j], c, sn;
-        sincosf((float)pos * h.f[j], &sn, &c);
-        x0[j] = a * c - b * sn;
-        x1[j] = b * c + a * sn;
+        float a = x0[j] * rs * h.w0[j], b = x1[j] * rs * h.w1[j];
+        x0[j] = a * r.c[j] - b * r.s[j];
+        x1[j] = b * r.c[j] + a * r.s[j];
     }
+}
+
+/* norm_rotate at position pos (one sincos a pair). */
+template <int P>
+__device__ __forceinline__ void norm_rope(float (&x0)[P], float (&x1)[P], const head_pairs<P> &h, int hd, float eps,
+                                          int pos)
+{
+    norm_rotate(x0, x1, h, hd, eps, angles_at(h, pos));
 }
 
 /* A head row's pairs from src, float or bf16 (zeros past the head or when
