@@ -559,13 +559,14 @@ __global__ void __launch_bounds__(MERGE_THREADS) k_attn_merge(float *out, xquant
                                                                int hd, int nsplit, int window, const int *dpos,
                                                                int pos0, int n_rows)
 {
-    pdl_trigger();
-    pdl_wait();
-    extern __shared__ __align__(16) float msh[];
-    float *sums = msh, *red = sums + 4 * MERGE_THREADS, *wt = red + 32;
+    /* the position before the wait, as in k_attn_dec */
     int lo, ns = dec_active(dpos ? *dpos : pos0, n_rows, window, nsplit, &lo);
+    pdl_trigger();
+    pdl_wait(); /* even with nothing to merge: the kernel after waits on this one */
     if (ns == 1) /* k_attn_dec wrote the output */
         return;
+    extern __shared__ __align__(16) float msh[];
+    float *sums = msh, *red = sums + 4 * MERGE_THREADS, *wt = red + 32;
     size_t qi = (size_t)blockIdx.y * H + blockIdx.x;
     const float4 *acc = (const float4 *)(part + qi * nsplit * hd);
     const float2 *ml = (const float2 *)(part + (size_t)n_rows * H * nsplit * hd) + qi * nsplit;
