@@ -25,7 +25,6 @@ static double now(void)
     return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-/* Bytes read + written per second by cudaMemcpy of a 2 GiB buffer. */
 /* n bf16 values uniform in (-0.05, 0.05) at device address d. Random
  * rather than constant data: the tensor cores draw more power, and run
  * slower, on data that changes (an 8192^3 product measured 788 TFLOP/s on

@@ -411,6 +411,11 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     }
     pdl_trigger();
     pdl_wait();
+    auto angles = [&](const head_pairs<P> &h, int pos) { /* at_base's at the step's position */
+        if (pos == base)
+            return at_base;
+        return angles_at(h, pos);
+    };
     auto stage_step = [&](int cn, bf16 *Kb) {
         int t0 = lo + cn * DEC_KEYS;
         for (int t = max(base, t0); fz.k && t <= min(last, t0 + DEC_KEYS - 1); t++) {
@@ -418,10 +423,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
             float k0[P], k1[P], v0[P], v1[P];
             load_head(k0, k1, fz.k + at, hd, true);
             load_head(v0, v1, fz.v + at, hd, true);
-            rope_angles<P> ra = at_base;
-            if (t != base)
-                ra = angles_at(hk, t);
-            norm_rotate(k0, k1, hk, hd, fz.eps, ra);
+            norm_rotate(k0, k1, hk, hd, fz.eps, angles(hk, t));
             store_head(fz.kc + slot, k0, k1, hd);
             store_head(fz.vc + slot, v0, v1, hd);
             store_head(Kb + (t - t0) * LD, k0, k1, hd);
@@ -448,12 +450,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
 #pragma unroll
         for (int i = 0; i < QR; i++) {
             int r = warp + DEC_WARPS * i;
-            if (f0 + r < nq) { /* warp-uniform */
-                rope_angles<P> ra = at_base;
-                if (f0 + r >= G) /* a later query row */
-                    ra = angles_at(hq, base + (f0 + r) / G);
-                norm_rotate(x0[i], x1[i], hq, hd, fz.eps, ra);
-            }
+            if (f0 + r < nq) /* warp-uniform */
+                norm_rotate(x0[i], x1[i], hq, hd, fz.eps, angles(hq, base + (f0 + r) / G));
             store_head(Qs + r * LD, x0[i], x1[i], hd);
         }
     } else {
