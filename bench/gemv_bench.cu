@@ -1,6 +1,7 @@
 /* The decode GEMV (src/cuda_gemv.cuh) on one model's matrix shapes, under
- * launch variants: loads in flight per thread (U) and warps sharing a
- * weight row (WPR; the backend picks 1 or 2 by the matrix's rows). Each
+ * launch variants: loads in flight per thread and row (U), warps sharing
+ * a slot (W; the backend picks 1 or 2 by the slots' count) and weight rows
+ * a slot (M, ungated only; the backend's slot_rows picks 1, 2 or 4). Each
  * shape is stored `layers` times (a layer's matrix each, so that nothing
  * stays in L2) and its GEMVs run back to back from a CUDA graph, launched
  * as the backend launches them (programmatic dependent launch); best of 5
@@ -93,12 +94,12 @@ void launch(void (*k)(gemv_set, xin, int, int), unsigned grid, cudaStream_t st, 
 struct variant {
     const char *name;
     void (*plain)(gemv_set, xin, int, int), (*gated)(gemv_set, xin, int, int);
-    int wpr;
+    int wpr, rps;
 };
 
-template <typename F, int U, int WPR> variant make(const char *name)
+template <typename F, int U, int WPR, int RPS = 1> variant make(const char *name)
 {
-    return variant{name, k_gemv<F, 1, false, U, WPR>, k_gemv<F, 1, true, U, WPR>, WPR};
+    return variant{name, k_gemv<F, 1, false, U, WPR, RPS>, k_gemv<F, 1, true, U, WPR>, WPR, RPS};
 }
 
 template <typename F> void variants(variant *v, int *n)
@@ -108,6 +109,13 @@ template <typename F> void variants(variant *v, int *n)
     v[i++] = make<F, 4, 1>("U4 W1");
     v[i++] = make<F, 2, 2>("U2 W2");
     v[i++] = make<F, 4, 2>("U4 W2");
+    v[i++] = make<F, 2, 1, 2>("U2 W1 M2");
+    v[i++] = make<F, 2, 2, 2>("U2 W2 M2");
+    v[i++] = make<F, 1, 1, 2>("U1 W1 M2");
+    v[i++] = make<F, 1, 2, 2>("U1 W2 M2");
+    v[i++] = make<F, 1, 1, 4>("U1 W1 M4");
+    v[i++] = make<F, 1, 2, 4>("U1 W2 M4");
+    v[i++] = make<F, 2, 1, 4>("U2 W1 M4");
     *n = i;
 }
 
@@ -118,7 +126,7 @@ double run_shape(const shape &sh, int bits, const variant &v, void **w, __half *
     int total = 0;
     for (int i = 0; i < sh.n; i++)
         total += sh.rows[i];
-    int rows = sh.gated ? sh.rows[0] : total;
+    int rows = sh.gated ? sh.rows[0] : total / v.rps;
     unsigned grid = (unsigned)((rows * v.wpr + GEMV_WARPS - 1) / GEMV_WARPS);
     cudaGraph_t g;
     cudaGraphExec_t ge;

@@ -631,31 +631,67 @@ void cuda_rmsnorm(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, const l
     launched(b, "rmsnorm");
 }
 
-template <typename F, bool GATED, int WPR>
-void gemv_wpr(cuda_backend *b, const gemv_set &s, const xin &x, int nr, int gelu, int rows)
+template <typename F, bool GATED, int U, int WPR, int RPS>
+void gemv_wpr(cuda_backend *b, const gemv_set &s, const xin &x, int nr, int gelu, int slots)
 {
-    unsigned grid = (unsigned)((rows * WPR + GEMV_WARPS - 1) / GEMV_WARPS);
+    unsigned grid = (unsigned)((slots * WPR + GEMV_WARPS - 1) / GEMV_WARPS);
     int th = GEMV_WARPS * 32;
-    if (nr <= 1)
-        launch(b, k_gemv<F, 1, GATED, GEMV_UNROLL, WPR>, grid, th, 0, s, x, nr, gelu);
+    if constexpr (RPS > 1) /* one row of x only (gemv_launch) */
+        launch(b, k_gemv<F, 1, GATED, U, WPR, RPS>, grid, th, 0, s, x, nr, gelu);
+    else if (nr <= 1)
+        launch(b, k_gemv<F, 1, GATED, U, WPR, RPS>, grid, th, 0, s, x, nr, gelu);
     else if (nr <= 2)
-        launch(b, k_gemv<F, 2, GATED, GEMV_UNROLL, WPR>, grid, th, 0, s, x, nr, gelu);
+        launch(b, k_gemv<F, 2, GATED, U, WPR, RPS>, grid, th, 0, s, x, nr, gelu);
     else if (nr <= 4)
-        launch(b, k_gemv<F, 4, GATED, GEMV_UNROLL, WPR>, grid, th, 0, s, x, nr, gelu);
+        launch(b, k_gemv<F, 4, GATED, U, WPR, RPS>, grid, th, 0, s, x, nr, gelu);
     else
-        launch(b, k_gemv<F, 8, GATED, GEMV_UNROLL, WPR>, grid, th, 0, s, x, nr, gelu);
+        launch(b, k_gemv<F, 8, GATED, U, WPR, RPS>, grid, th, 0, s, x, nr, gelu);
 }
 
-/* Two warps a weight row when one a row would give fewer blocks than two a
+/* Two warps a slot when one a slot would give fewer blocks than two a
  * multiprocessor (bench/gemv_bench.cu on the H200: Qwen3-0.6B's o and
  * down GEMVs 1.4-1.5x faster in bf16; larger matrices slower). */
+template <typename F, bool GATED, int U, int RPS>
+void gemv_slots(cuda_backend *b, const gemv_set &s, const xin &x, int nr, int gelu, int slots)
+{
+    if ((slots + GEMV_WARPS - 1) / GEMV_WARPS < 2 * b->sms)
+        gemv_wpr<F, GATED, U, 2, RPS>(b, s, x, nr, gelu, slots);
+    else
+        gemv_wpr<F, GATED, U, 1, RPS>(b, s, x, nr, gelu, slots);
+}
+
+/* Weight rows a slot for one row of x: each piece of x a slot loads then
+ * serves them all, and the slot's loads of their weights are in flight
+ * together. 4 for mid-sized matrices, 2 for the output head, 1 below 2048
+ * rows (too few warps) and for float matrices over 4096 rows, which one
+ * row a slot reads near the copy bandwidth already (bench/gemv_bench.cu,
+ * H100, bench/RESULTS.md session 28). The size must divide every matrix's
+ * rows. */
+int slot_rows(const gemv_set &s, bool quant)
+{
+    int rows = s.end[s.n - 1], rps = 1;
+    if (rows >= 2048 && rows <= (quant ? 16384 : 4096))
+        rps = 4;
+    else if (rows > 16384)
+        rps = 2;
+    for (int i = 0; i < s.n; i++)
+        while ((s.end[i] - (i ? s.end[i - 1] : 0)) % rps)
+            rps /= 2;
+    return rps;
+}
+
+/* Slots of several rows take one load in flight a row; gate and up (two
+ * rows a slot) one a row for q8/q4, whose integer loop gains from it. */
 template <typename F, bool GATED> void gemv_launch(cuda_backend *b, const gemv_set &s, const xin &x, int nr, int gelu)
 {
     int rows = s.end[GATED ? 0 : s.n - 1];
-    if ((rows + GEMV_WARPS - 1) / GEMV_WARPS < 2 * b->sms)
-        gemv_wpr<F, GATED, 2>(b, s, x, nr, gelu, rows);
+    int rps = GATED || nr > 1 ? 1 : slot_rows(s, F::QUANT);
+    if (rps == 4)
+        gemv_slots<F, GATED, 1, 4>(b, s, x, nr, gelu, rows / 4);
+    else if (rps == 2)
+        gemv_slots<F, GATED, 1, 2>(b, s, x, nr, gelu, rows / 2);
     else
-        gemv_wpr<F, GATED, 1>(b, s, x, nr, gelu, rows);
+        gemv_slots<F, GATED, GATED && F::QUANT ? 1 : GEMV_UNROLL, 1>(b, s, x, nr, gelu, rows);
 }
 
 template <typename F> void gemv_gated(cuda_backend *b, const gemv_set &s, const xin &x, int nr, bool gated, int gelu)

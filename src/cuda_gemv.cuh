@@ -68,14 +68,19 @@ struct xin {
     int K, gshift, ng;
 };
 
-/* Float weights stored as W: a chunk is wvec<W>::N elements. */
+/* Float weights stored as W: a chunk is wvec<W>::N elements. dot adds
+ * chunk c of M weight rows (u) times x's rows to acc: each piece of x is
+ * loaded once for the M rows. */
 template <typename W> struct fmt_float {
-    enum { N = wvec<W>::N };
-    template <int R>
-    static __device__ __forceinline__ void dot(float (&acc)[R], uint4 u, const wrow &, const xin &x, int c, int nr)
+    enum { N = wvec<W>::N, QUANT = 0 };
+    template <int R, int M>
+    static __device__ __forceinline__ void dot(float (&acc)[M][R], const uint4 (&u)[M], const wrow (&)[M],
+                                               const xin &x, int c, int nr)
     {
-        float f[N];
-        wvec<W>::cvt(u, f);
+        float f[M][N];
+#pragma unroll
+        for (int m = 0; m < M; m++)
+            wvec<W>::cvt(u[m], f[m]);
 #pragma unroll
         for (int r = 0; r < R; r++) {
             if (r < nr) {
@@ -83,7 +88,10 @@ template <typename W> struct fmt_float {
 #pragma unroll
                 for (int q = 0; q < N / 4; q++) {
                     float4 xv = __ldg(xr + q);
-                    acc[r] += f[4 * q] * xv.x + f[4 * q + 1] * xv.y + f[4 * q + 2] * xv.z + f[4 * q + 3] * xv.w;
+#pragma unroll
+                    for (int m = 0; m < M; m++)
+                        acc[m][r] += f[m][4 * q] * xv.x + f[m][4 * q + 1] * xv.y + f[m][4 * q + 2] * xv.z +
+                                     f[m][4 * q + 3] * xv.w;
                 }
             }
         }
@@ -105,36 +113,45 @@ __device__ __forceinline__ int dp4a_us(unsigned a, int b, int c)
  * nibbles the even ones; k_quant_x stores x's runs of 8 evens first to
  * match. */
 template <int BITS> struct fmt_quant {
-    enum { N = 128 / BITS };
-    template <int R>
-    static __device__ __forceinline__ void dot(float (&acc)[R], uint4 u, const wrow &w, const xin &x, int c, int nr)
+    enum { N = 128 / BITS, QUANT = 1 };
+    template <int R, int M>
+    static __device__ __forceinline__ void dot(float (&acc)[M][R], const uint4 (&u)[M], const wrow (&w)[M],
+                                               const xin &x, int c, int nr)
     {
         int k = c * N, g = k >> x.gshift;
-        float2 sb = __half22float2(w.sb[g]);
-        float s = sb.x, b = (k & ((1 << x.gshift) - 1)) == 0 ? sb.y : 0.0f;
-        const unsigned m = 0x0f0f0f0fu;
+        bool first = (k & ((1 << x.gshift) - 1)) == 0;
+        float s[M], b[M];
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            float2 sb = __half22float2(w[m].sb[g]);
+            s[m] = sb.x;
+            b[m] = first ? sb.y : 0.0f;
+        }
+        const unsigned msk = 0x0f0f0f0fu;
 #pragma unroll
         for (int r = 0; r < R; r++) {
             if (r < nr) {
                 const int4 *xq = (const int4 *)(x.xq + (size_t)r * x.K + k);
-                int4 a = __ldg(xq);
-                int d;
-                if (BITS == 8) {
-                    d = dp4a_us(u.w, a.w, dp4a_us(u.z, a.z, dp4a_us(u.y, a.y, dp4a_us(u.x, a.x, 0))));
-                } else {
-                    int4 a2 = __ldg(xq + 1);
-                    d = dp4a_us(u.x & m, a.x, 0);
-                    d = dp4a_us((u.x >> 4) & m, a.y, d);
-                    d = dp4a_us(u.y & m, a.z, d);
-                    d = dp4a_us((u.y >> 4) & m, a.w, d);
-                    d = dp4a_us(u.z & m, a2.x, d);
-                    d = dp4a_us((u.z >> 4) & m, a2.y, d);
-                    d = dp4a_us(u.w & m, a2.z, d);
-                    d = dp4a_us((u.w >> 4) & m, a2.w, d);
+                int4 a = __ldg(xq), a2 = BITS == 8 ? a : __ldg(xq + 1);
+                float2 xds = __ldg(x.xds + (size_t)r * x.ng + g);
+#pragma unroll
+                for (int m = 0; m < M; m++) {
+                    const uint4 v = u[m];
+                    int d;
+                    if (BITS == 8) {
+                        d = dp4a_us(v.w, a.w, dp4a_us(v.z, a.z, dp4a_us(v.y, a.y, dp4a_us(v.x, a.x, 0))));
+                    } else {
+                        d = dp4a_us(v.x & msk, a.x, 0);
+                        d = dp4a_us((v.x >> 4) & msk, a.y, d);
+                        d = dp4a_us(v.y & msk, a.z, d);
+                        d = dp4a_us((v.y >> 4) & msk, a.w, d);
+                        d = dp4a_us(v.z & msk, a2.x, d);
+                        d = dp4a_us((v.z >> 4) & msk, a2.y, d);
+                        d = dp4a_us(v.w & msk, a2.z, d);
+                        d = dp4a_us((v.w >> 4) & msk, a2.w, d);
+                    }
+                    acc[m][r] += xds.x * (s[m] * (float)d) + b[m] * xds.y;
                 }
-                size_t gi = (size_t)r * x.ng + g;
-                float2 xds = __ldg(x.xds + gi);
-                acc[r] += xds.x * (s * (float)d) + b * xds.y;
             }
         }
     }
@@ -172,9 +189,11 @@ __device__ __forceinline__ void dot_rows(float (&acc)[M][R], const wrow (&wr)[M]
         for (int j = 0; j < U; j++) {
             if (i + T * j >= nv)
                 break;
+            uint4 c[M];
 #pragma unroll
             for (int m = 0; m < M; m++)
-                F::template dot<R>(acc[m], cur[m][j], wr[m], x, i + T * j, nr);
+                c[m] = cur[m][j];
+            F::template dot<R, M>(acc, c, wr, x, i + T * j, nr);
         }
     }
 }
@@ -197,45 +216,66 @@ __device__ __forceinline__ wrow row_of(const void *w, const __half2 *sb, int row
     return wrow{(const uint4 *)w + (size_t)row * nv, sb ? sb + (size_t)row * ng : NULL};
 }
 
-/* out[r, n] = x[r, :] . w[n, :] for r < nr <= R, float32 accumulation;
- * needs K % F::N == 0. A block holds GEMV_WARPS / WPR row slots of WPR
- * warps each: the warps of a slot sum slices of one weight row and add
- * them up through shared memory (WPR = 2 for matrices of few rows, whose
- * one-warp grid would leave the multiprocessors short of loads in
- * flight). U: loads in flight per thread. GATED: s holds gate and up, and
- * a slot computes out[0] = act(x . gate) * (x . up) for one row of both. */
-template <typename F, int R, bool GATED, int U, int WPR>
-__global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_set s, xin x, int nr, int gelu)
+/* Where set row n lies: its weight row, its output and its row there. */
+struct slot_row {
+    wrow w;
+    float *out;
+    int row, N;
+};
+__device__ __forceinline__ slot_row locate(const gemv_set &s, int n, int nv, int ng)
 {
-    constexpr int M = GATED ? 2 : 1, SLOTS = GEMV_WARPS / WPR;
-    __shared__ float part[GEMV_WARPS][M][R];
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = warp / WPR, t = (warp % WPR) * 32 + lane;
-    int n = blockIdx.x * SLOTS + slot, total = s.end[0];
-#pragma unroll
-    for (int i = 1; i < LMX_MAX_MULTI; i++) /* constant indices keep s out of local memory */
-        if (!GATED && i < s.n)
-            total = s.end[i];
-    if (n >= total) /* the slot's warps leave together */
-        return;
-    /* which weight row n is (constant indices keep s out of local memory) */
     const void *w = s.w[0];
     const __half2 *sb = s.sb[0];
     float *out = s.out[0];
     int row = n, N = s.end[0];
 #pragma unroll
-    for (int i = 1; i < LMX_MAX_MULTI; i++)
-        if (!GATED && i < s.n && n >= s.end[i - 1]) {
+    for (int i = 1; i < LMX_MAX_MULTI; i++) /* constant indices keep s out of local memory */
+        if (i < s.n && n >= s.end[i - 1]) {
             w = s.w[i];
             sb = s.sb[i];
             out = s.out[i];
             row = n - s.end[i - 1];
             N = s.end[i] - s.end[i - 1];
         }
+    return slot_row{row_of(w, sb, row, nv, ng), out, row, N};
+}
+
+/* out[r, n] = x[r, :] . w[n, :] for r < nr <= R, float32 accumulation;
+ * needs K % F::N == 0. A block holds GEMV_WARPS / WPR row slots of WPR
+ * warps each: the warps of a slot sum slices of its weight rows and add
+ * them up through shared memory (WPR = 2 for matrices of few rows, whose
+ * one-warp grid would leave the multiprocessors short of loads in
+ * flight). A slot takes RPS consecutive rows of the set (RPS divides every
+ * matrix's rows): each piece of x it loads serves all of them. U: loads in
+ * flight per thread and row. GATED: s holds gate and up, and a slot
+ * computes out[0] = act(x . gate) * (x . up) for one row of both. */
+template <typename F, int R, bool GATED, int U, int WPR, int RPS = 1>
+__global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_set s, xin x, int nr, int gelu)
+{
+    constexpr int M = GATED ? 2 : RPS, SLOTS = GEMV_WARPS / WPR;
+    __shared__ float part[GEMV_WARPS][M][R];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = warp / WPR, t = (warp % WPR) * 32 + lane;
+    int n = (blockIdx.x * SLOTS + slot) * (GATED ? 1 : RPS), total = s.end[0];
+#pragma unroll
+    for (int i = 1; i < LMX_MAX_MULTI; i++) /* constant indices keep s out of local memory */
+        if (!GATED && i < s.n)
+            total = s.end[i];
+    if (n >= total) /* the slot's warps leave together */
+        return;
     int nv = x.K / F::N;
+    slot_row g[M];
+    if (GATED) {
+        g[0] = slot_row{row_of(s.w[0], s.sb[0], n, nv, x.ng), s.out[0], n, s.end[0]};
+        g[M - 1] = slot_row{row_of(s.w[1], s.sb[1], n, nv, x.ng), NULL, n, 0};
+    } else {
+#pragma unroll
+        for (int m = 0; m < M; m++)
+            g[m] = locate(s, n + m, nv, x.ng);
+    }
     wrow wr[M];
-    wr[0] = row_of(w, sb, row, nv, x.ng);
-    if (GATED)
-        wr[M - 1] = row_of(s.w[1], s.sb[1], row, nv, x.ng);
+#pragma unroll
+    for (int m = 0; m < M; m++)
+        wr[m] = g[m].w;
     float acc[M][R];
 #pragma unroll
     for (int m = 0; m < M; m++)
@@ -264,11 +304,21 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_set s, xin x, int
                 for (int k = 1; k < WPR; k++)
                     acc[m][r] += part[slot * WPR + k][m][r];
     }
-    if (t == 0)
+    if (t != 0)
+        return;
+    if (GATED) {
 #pragma unroll
         for (int r = 0; r < R; r++)
             if (r < nr)
-                out[(size_t)r * N + row] = GATED ? act_fn(acc[0][r], gelu) * acc[M - 1][r] : acc[0][r];
+                g[0].out[(size_t)r * g[0].N + n] = act_fn(acc[0][r], gelu) * acc[M - 1][r];
+        return;
+    }
+#pragma unroll
+    for (int m = 0; m < M; m++)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (r < nr)
+                g[m].out[(size_t)r * g[m].N + g[m].row] = acc[m][r];
 }
 
 /* x quantized for the q8/q4 GEMV (xquant), four elements a thread. */
