@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_set s, xin x, int
         return;
     int nv = x.K / F::N;
     slot_row g[M];
-    if (GATED) {
+    if constexpr (GATED) {
         g[0] = slot_row{row_of(s.w[0], s.sb[0], n, nv, x.ng), s.out[0], n, s.end[0]};
         g[M - 1] = slot_row{row_of(s.w[1], s.sb[1], n, nv, x.ng), NULL, n, 0};
     } else {
@@ -306,19 +306,19 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_set s, xin x, int
     }
     if (t != 0)
         return;
-    if (GATED) {
+    if constexpr (GATED) {
 #pragma unroll
         for (int r = 0; r < R; r++)
             if (r < nr)
                 g[0].out[(size_t)r * g[0].N + n] = act_fn(acc[0][r], gelu) * acc[M - 1][r];
-        return;
+    } else {
+#pragma unroll
+        for (int m = 0; m < M; m++)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                if (r < nr)
+                    g[m].out[(size_t)r * g[m].N + g[m].row] = acc[m][r];
     }
-#pragma unroll
-    for (int m = 0; m < M; m++)
-#pragma unroll
-        for (int r = 0; r < R; r++)
-            if (r < nr)
-                g[m].out[(size_t)r * g[m].N + g[m].row] = acc[m][r];
 }
 
 /* x quantized for the q8/q4 GEMV (xquant), four elements a thread. */
