@@ -1,7 +1,8 @@
 /* The decode GEMV (src/cuda_gemv.cuh) on one model's matrix shapes, under
  * launch variants: loads in flight per thread and row (U), warps sharing
  * a slot (W; the backend picks 1 or 2 by the slots' count) and weight rows
- * a slot (M, ungated only; the backend's slot_rows picks 1, 2 or 4). Each
+ * a slot (M; of both gate and up for gate/up; the backend's slot_rows
+ * picks 1, 2 or 4 for ungated products, 1 for gate/up). Each
  * shape is stored `layers` times (a layer's matrix each, so that nothing
  * stays in L2) and its GEMVs run back to back from a CUDA graph, launched
  * as the backend launches them (programmatic dependent launch); best of 5
@@ -99,7 +100,7 @@ struct variant {
 
 template <typename F, int U, int WPR, int RPS = 1> variant make(const char *name)
 {
-    return variant{name, k_gemv<F, 1, false, U, WPR, RPS>, k_gemv<F, 1, true, U, WPR>, WPR, RPS};
+    return variant{name, k_gemv<F, 1, false, U, WPR, RPS>, k_gemv<F, 1, true, U, WPR, RPS>, WPR, RPS};
 }
 
 template <typename F> void variants(variant *v, int *n)
@@ -116,6 +117,9 @@ template <typename F> void variants(variant *v, int *n)
     v[i++] = make<F, 1, 1, 4>("U1 W1 M4");
     v[i++] = make<F, 1, 2, 4>("U1 W2 M4");
     v[i++] = make<F, 2, 1, 4>("U2 W1 M4");
+    v[i++] = make<F, 2, 2, 4>("U2 W2 M4");
+    v[i++] = make<F, 1, 1, 8>("U1 W1 M8");
+    v[i++] = make<F, 1, 2, 8>("U1 W2 M8");
     *n = i;
 }
 
@@ -126,7 +130,7 @@ double run_shape(const shape &sh, int bits, const variant &v, void **w, __half *
     int total = 0;
     for (int i = 0; i < sh.n; i++)
         total += sh.rows[i];
-    int rows = sh.gated ? sh.rows[0] : total / v.rps;
+    int rows = (sh.gated ? sh.rows[0] : total) / v.rps;
     unsigned grid = (unsigned)((rows * v.wpr + GEMV_WARPS - 1) / GEMV_WARPS);
     cudaGraph_t g;
     cudaGraphExec_t ge;

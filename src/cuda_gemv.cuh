@@ -248,14 +248,14 @@ __device__ __forceinline__ slot_row locate(const gemv_set &s, int n, int nv, int
  * flight). A slot takes RPS consecutive rows of the set (RPS divides every
  * matrix's rows): each piece of x it loads serves all of them. U: loads in
  * flight per thread and row. GATED: s holds gate and up, and a slot
- * computes out[0] = act(x . gate) * (x . up) for one row of both. */
+ * computes out[0] = act(x . gate) * (x . up) for RPS rows of both. */
 template <typename F, int R, bool GATED, int U, int WPR, int RPS = 1>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_set s, xin x, int nr, int gelu)
 {
-    constexpr int M = GATED ? 2 : RPS, SLOTS = GEMV_WARPS / WPR;
+    constexpr int M = GATED ? 2 * RPS : RPS, SLOTS = GEMV_WARPS / WPR;
     __shared__ float part[GEMV_WARPS][M][R];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = warp / WPR, t = (warp % WPR) * 32 + lane;
-    int n = (blockIdx.x * SLOTS + slot) * (GATED ? 1 : RPS), total = s.end[0];
+    int n = (blockIdx.x * SLOTS + slot) * RPS, total = s.end[0];
 #pragma unroll
     for (int i = 1; i < LMX_MAX_MULTI; i++) /* constant indices keep s out of local memory */
         if (!GATED && i < s.n)
@@ -265,8 +265,11 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_set s, xin x, int
     int nv = x.K / F::N;
     slot_row g[M];
     if constexpr (GATED) {
-        g[0] = slot_row{row_of(s.w[0], s.sb[0], n, nv, x.ng), s.out[0], n, s.end[0]};
-        g[M - 1] = slot_row{row_of(s.w[1], s.sb[1], n, nv, x.ng), NULL, n, 0};
+#pragma unroll
+        for (int m = 0; m < RPS; m++) {
+            g[m] = slot_row{row_of(s.w[0], s.sb[0], n + m, nv, x.ng), s.out[0], n + m, s.end[0]};
+            g[RPS + m] = slot_row{row_of(s.w[1], s.sb[1], n + m, nv, x.ng), NULL, n + m, 0};
+        }
     } else {
 #pragma unroll
         for (int m = 0; m < M; m++)
@@ -308,9 +311,11 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_set s, xin x, int
         return;
     if constexpr (GATED) {
 #pragma unroll
-        for (int r = 0; r < R; r++)
-            if (r < nr)
-                g[0].out[(size_t)r * g[0].N + n] = act_fn(acc[0][r], gelu) * acc[M - 1][r];
+        for (int m = 0; m < RPS; m++)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                if (r < nr)
+                    g[m].out[(size_t)r * g[m].N + g[m].row] = act_fn(acc[m][r], gelu) * acc[RPS + m][r];
     } else {
 #pragma unroll
         for (int m = 0; m < M; m++)
