@@ -238,16 +238,9 @@ int main(int argc, char **argv)
     double load_s = now() - t0;
     const lmx_config *c = &m->cfg;
     float *logits = malloc((size_t)c->vocab_size * sizeof(float));
-    /* bytes a decode step reads: every weight but the embedding table
-     * (one row), which the output head reads whole when tied */
-    double wbytes = (double)m->weight_bytes;
-    if (!c->tied_embeddings)
-        wbytes -= (double)c->vocab_size * c->hidden_size * 2;
-    if (quant) /* bf16 checkpoints: 2 bytes an element become bits / 8, plus a float16 scale and bias per 64 */
-        wbytes = wbytes / 2 * (quant / 8.0 + 4.0 / 64);
-    double kv_row = 2.0 * c->n_kv_heads * c->head_dim * 2, kv4096 = 0; /* K and V in bf16 */
-    for (int i = 0; i < c->n_layers; i++)
-        kv4096 += kv_row * (c->layers[i].window && c->layers[i].window < 4096 ? c->layers[i].window : 4096);
+    /* bytes a decode step reads (rank 0's with --gpus) */
+    double wbytes = lmx_model_decode_weight_bytes(m, lmx_backend_cuda_bytes);
+    double kv4096 = lmx_model_decode_kv_bytes(m, 4096, 2);
     if (profile) {
         for (const char *d = depths; d; d = strchr(d, ','), d = d ? d + 1 : NULL) /* one load, several depths */
             printf("decode at depth %d: %.1f tok/s\n", atoi(d), decode(m, atoi(d), gen, chunk, logits, argmax));

@@ -400,6 +400,33 @@ int lmx_model_cache_slots(const lmx_model *m, int layer, int n_ctx, int max_rows
     return n_ctx;
 }
 
+double lmx_model_decode_weight_bytes(const lmx_model *m, size_t (*bytes)(const lmx_tensor *))
+{
+    double b = 0;
+    const lmx_config *c = &m->cfg;
+    const lmx_rank *rk = &m->ranks[0];
+    for (int i = 0; i < c->n_layers; i++) {
+        const lmx_tensor *const *t = (const lmx_tensor *const *)&rk->layers[i];
+        for (size_t k = 0; k < sizeof rk->layers[i] / sizeof *t; k++)
+            if (t[k])
+                b += (double)bytes(t[k]);
+    }
+    b += (double)bytes(rk->lm_head) + (double)bytes(rk->final_norm);
+    b += (double)bytes(rk->embed) / c->vocab_size;
+    return b;
+}
+
+double lmx_model_decode_kv_bytes(const lmx_model *m, int pos, double elem)
+{
+    const lmx_config *c = &m->cfg;
+    double b = 0;
+    for (int i = 0; i < c->n_layers; i++) {
+        int w = c->layers[i].window, n = w > 0 && w < pos + 1 ? w : pos + 1;
+        b += 2.0 * n * c->n_kv_heads * c->head_dim * elem;
+    }
+    return b;
+}
+
 enum { LOGITS_ROWS = 16 };
 
 static lmx_status rank_state_init(const lmx_model *m, const lmx_rank *rk, lmx_rank_state *rs, int n_ctx,

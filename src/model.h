@@ -63,6 +63,16 @@ typedef struct lmx_forward_state {
  * layer keeps its window plus one chunk, whatever the context. */
 int lmx_model_cache_slots(const lmx_model *m, int layer, int n_ctx, int max_rows);
 
+/* Bytes of weights a decode step reads on rank 0: every matrix once (the
+ * output head whole), one embedding row, the norms; `bytes` gives a
+ * tensor's size on its backend (lmx bench, bench/gpu_bench.c). */
+double lmx_model_decode_weight_bytes(const lmx_model *m, size_t (*bytes)(const lmx_tensor *));
+
+/* Key and value bytes decode attention reads at position pos, elem bytes
+ * an element (the CPU's float32 cache, or float16 with kv_f16; the GPU's
+ * bf16); sliding layers read their window. */
+double lmx_model_decode_kv_bytes(const lmx_model *m, int pos, double elem);
+
 lmx_status lmx_forward_state_init(lmx_model *m, lmx_forward_state *fs, int n_ctx, int max_rows,
                                   lmx_error *err);
 void lmx_forward_state_free(lmx_model *m, lmx_forward_state *fs);

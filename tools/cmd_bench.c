@@ -125,39 +125,6 @@ static double probe_bandwidth(int threads, size_t *bytes_out)
     return best;
 }
 
-/* Bytes of weights a decode step reads: every matrix once (the output head
- * whole), one embedding row, the norms; `bytes` gives a tensor's on its
- * backend. */
-static double weight_bytes_per_token(const lmx_model *m, size_t (*bytes)(const lmx_tensor *))
-{
-    double b = 0;
-    const lmx_config *c = &m->cfg;
-    const lmx_rank *rk = &m->ranks[0]; /* the bench runs one rank */
-    for (int i = 0; i < c->n_layers; i++) {
-        const lmx_tensor *const *t = (const lmx_tensor *const *)&rk->layers[i];
-        for (size_t k = 0; k < sizeof rk->layers[i] / sizeof *t; k++)
-            if (t[k])
-                b += (double)bytes(t[k]);
-    }
-    b += (double)bytes(rk->lm_head) + (double)bytes(rk->final_norm);
-    b += (double)bytes(rk->embed) / c->vocab_size;
-    return b;
-}
-
-/* Key and value bytes attention reads at position pos: elem bytes an
- * element (the CPU's float32 cache, or float16 with kv_f16; the GPU's
- * bf16). */
-static double kv_bytes_at(const lmx_model *m, int pos, double elem)
-{
-    const lmx_config *c = &m->cfg;
-    double b = 0;
-    for (int i = 0; i < c->n_layers; i++) {
-        int w = c->layers[i].window, n = w > 0 && w < pos + 1 ? w : pos + 1;
-        b += 2.0 * n * c->n_kv_heads * c->head_dim * elem;
-    }
-    return b;
-}
-
 static int usage(void)
 {
     fprintf(stderr, "usage: lmx bench DIR [--device cpu|cuda|auto] [--prompt N] [--gen N] [--threads T]"
@@ -269,8 +236,8 @@ int cmd_bench(int argc, char **argv)
         return 1;
     }
     long rss_kb = status_kb("VmRSS:"), peak_kb = status_kb("VmHWM:");
-    double wbytes = weight_bytes_per_token(m, cuda ? lmx_backend_cuda_bytes : lmx_backend_cpu_bytes);
-    double kvbytes = kv_bytes_at(m, (int)(prompt + gen / 2), cuda || o.kv_f16 ? 2 : 4);
+    double wbytes = lmx_model_decode_weight_bytes(m, cuda ? lmx_backend_cuda_bytes : lmx_backend_cpu_bytes);
+    double kvbytes = lmx_model_decode_kv_bytes(m, (int)(prompt + gen / 2), cuda || o.kv_f16 ? 2 : 4);
     double tok_bytes = wbytes + kvbytes;
     double pp = (double)prompt / prefill_s, tg = (double)gen / decode_s;
     size_t probe_bytes = 0;
