@@ -225,6 +225,42 @@ static void check_fused_matmuls(pair *p)
     }
 }
 
+/* One row of x against the GEMV's slots of several weight rows
+ * (slot_rows in src/backend_cuda.cu): q, k and v of 2048, 512 and 512 rows
+ * take 4 rows a slot, their slots crossing from matrix to matrix; 16392
+ * rows take 2. tol: 1e-4 for float weights, 1e-2 for q8/q4 (as the other
+ * checks of each). */
+static void check_slot_rows(pair *p, float tol, const char *name)
+{
+    const int K = 256, Ns[3] = {2048, 512, 512}, N_head = 16392;
+    both x = activations(p, 1, K, 1.0f), w[3], o[3];
+    for (int i = 0; i < 3; i++) {
+        w[i] = input(p, Ns[i], K, LMX_DT_BF16, 0.05f);
+        o[i] = output(p, 1, Ns[i]);
+    }
+    lmx_tensor *oc[3] = {o[0].c, o[1].c, o[2].c}, *og[3] = {o[0].g, o[1].g, o[2].g};
+    const lmx_tensor *wc[3] = {w[0].c, w[1].c, w[2].c}, *wg[3] = {w[0].g, w[1].g, w[2].g};
+    char what[96];
+    p->cpu->ops->matmul_multi(p->cpu, 3, oc, x.c, wc, 1);
+    p->gpu->ops->matmul_multi(p->gpu, 3, og, x.g, wg, 1);
+    for (int i = 0; i < 3; i++) {
+        snprintf(what, sizeof what, "%s matmul_multi, 4 rows a slot, output %d", name, i);
+        same(p, &o[i], 1, tol, what);
+    }
+    both wh = input(p, N_head, K, LMX_DT_BF16, 0.05f), oh = output(p, 1, N_head);
+    p->cpu->ops->matmul(p->cpu, oh.c, x.c, wh.c, 1);
+    p->gpu->ops->matmul(p->gpu, oh.g, x.g, wh.g, 1);
+    snprintf(what, sizeof what, "%s matmul of %d rows, 2 rows a slot", name, N_head);
+    same(p, &oh, 1, tol, what);
+    drop(p, &x);
+    drop(p, &wh);
+    drop(p, &oh);
+    for (int i = 0; i < 3; i++) {
+        drop(p, &w[i]);
+        drop(p, &o[i]);
+    }
+}
+
 /* A gated prefill keeps its output in bf16 only (docs/cuda.md): read
  * while that copy lasts, it comes back as float32 (check_fused_matmuls);
  * read after another op replaced the copy, the step fails saying so. */
@@ -926,6 +962,7 @@ int main(void)
     if (p.cpu && p.gpu) {
         check_matmul(&p);
         check_fused_matmuls(&p);
+        check_slot_rows(&p, 1e-4f, "bf16");
         check_stale_gate(&p);
         check_lean_norms(&p);
         check_packed_qkv(&p);
@@ -948,6 +985,7 @@ int main(void)
         CHECK(q.cpu && q.gpu, "quantizing backends: %s", err.message);
         if (q.cpu && q.gpu) {
             check_quantized(&q, bits);
+            check_slot_rows(&q, 1e-2f, bits == 8 ? "q8" : "q4");
             check_attention_quantized(&q, bits);
         }
         if (q.gpu)
