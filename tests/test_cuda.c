@@ -81,6 +81,15 @@ static void drop(pair *p, both *b)
     free(b->host);
 }
 
+/* The three weights and outputs of a q, k, v check. */
+static void drop_qkv(pair *p, both *w, both *o)
+{
+    for (int i = 0; i < 3; i++) {
+        drop(p, &w[i]);
+        drop(p, &o[i]);
+    }
+}
+
 /* Rows [0, n) agree within tol x max(1, max |cpu|); returns that error. */
 static float same(pair *p, const both *b, int n, float tol, const char *what)
 {
@@ -218,10 +227,7 @@ static void check_fused_matmuls(pair *p)
         drop(p, &up);
         drop(p, &w_v);
         drop(p, &v);
-        for (int i = 0; i < 3; i++) {
-            drop(p, &w[i]);
-            drop(p, &o[i]);
-        }
+        drop_qkv(p, w, o);
     }
 }
 
@@ -255,10 +261,7 @@ static void check_slot_rows(pair *p, float tol, const char *name)
     drop(p, &x);
     drop(p, &wh);
     drop(p, &oh);
-    for (int i = 0; i < 3; i++) {
-        drop(p, &w[i]);
-        drop(p, &o[i]);
-    }
+    drop_qkv(p, w, o);
 }
 
 /* A gated prefill keeps its output in bf16 only (docs/cuda.md): read
@@ -423,10 +426,7 @@ static void check_quantized(pair *p, int bits)
     drop(p, &up);
     drop(p, &w_up);
     drop(p, &e);
-    for (int i = 0; i < 3; i++) {
-        drop(p, &w[i]);
-        drop(p, &o[i]);
-    }
+    drop_qkv(p, w, o);
 }
 
 /* The first rows of a CPU tensor, rounded to bf16 values (as float32). */
