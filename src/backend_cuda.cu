@@ -636,16 +636,16 @@ void gemv_wpr(cuda_backend *b, const gemv_set &s, const xin &x, int nr, int gelu
 {
     unsigned grid = (unsigned)((slots * WPR + GEMV_WARPS - 1) / GEMV_WARPS);
     int th = GEMV_WARPS * 32;
-    if constexpr (RPS > 1) /* one row of x only (gemv_launch) */
+    if (RPS > 1 || nr <= 1) /* slots of several rows take one row of x (gemv_launch) */
         launch(b, k_gemv<F, 1, GATED, U, WPR, RPS>, grid, th, 0, s, x, nr, gelu);
-    else if (nr <= 1)
-        launch(b, k_gemv<F, 1, GATED, U, WPR, RPS>, grid, th, 0, s, x, nr, gelu);
-    else if (nr <= 2)
-        launch(b, k_gemv<F, 2, GATED, U, WPR, RPS>, grid, th, 0, s, x, nr, gelu);
-    else if (nr <= 4)
-        launch(b, k_gemv<F, 4, GATED, U, WPR, RPS>, grid, th, 0, s, x, nr, gelu);
-    else
-        launch(b, k_gemv<F, 8, GATED, U, WPR, RPS>, grid, th, 0, s, x, nr, gelu);
+    else if constexpr (RPS == 1) { /* no kernels for rows of x that never meet such slots */
+        if (nr <= 2)
+            launch(b, k_gemv<F, 2, GATED, U, WPR, RPS>, grid, th, 0, s, x, nr, gelu);
+        else if (nr <= 4)
+            launch(b, k_gemv<F, 4, GATED, U, WPR, RPS>, grid, th, 0, s, x, nr, gelu);
+        else
+            launch(b, k_gemv<F, 8, GATED, U, WPR, RPS>, grid, th, 0, s, x, nr, gelu);
+    }
 }
 
 /* Two warps a slot when one a slot would give fewer blocks than two a
