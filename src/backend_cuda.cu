@@ -648,16 +648,43 @@ void gemv_wpr(cuda_backend *b, const gemv_set &s, const xin &x, int nr, int gelu
     }
 }
 
+/* Blocks of a GEMV kernel (one row of x) that the GPU holds at once: a
+ * launch of more runs in waves, and a last wave of a few blocks leaves
+ * most multiprocessors without loads in flight. */
+template <typename F, bool GATED, int U, int WPR, int RPS> int gemv_wave(cuda_backend *b)
+{
+    static const int per_sm = [] { /* the kernel's registers decide it: the same on every device here */
+        int n = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv<F, 1, GATED, U, WPR, RPS>, GEMV_WARPS * 32, 0) !=
+            cudaSuccess)
+            n = 0;
+        return n;
+    }();
+    return per_sm * b->sms;
+}
+
 /* Two warps a slot when one a slot would give fewer blocks than two a
  * multiprocessor (bench/gemv_bench.cu on the H200: Qwen3-0.6B's o and
- * down GEMVs 1.4-1.5x faster in bf16; larger matrices slower). */
+ * down GEMVs 1.4-1.5x faster in bf16; larger matrices slower), unless, for
+ * one row of x, the doubled blocks would no longer fit in one wave
+ * (Gemma3-12B's q8/q4 q/k/v, bench/RESULTS.md session 29). */
 template <typename F, bool GATED, int U, int RPS>
 void gemv_slots(cuda_backend *b, const gemv_set &s, const xin &x, int nr, int gelu, int slots)
 {
-    if ((slots + GEMV_WARPS - 1) / GEMV_WARPS < 2 * b->sms)
+    int blocks = (slots + GEMV_WARPS - 1) / GEMV_WARPS;
+    if (blocks < 2 * b->sms && (nr > 1 || 2 * blocks <= gemv_wave<F, GATED, U, 2, RPS>(b)))
         gemv_wpr<F, GATED, U, 2, RPS>(b, s, x, nr, gelu, slots);
     else
         gemv_wpr<F, GATED, U, 1, RPS>(b, s, x, nr, gelu, slots);
+}
+
+/* Whether every matrix of the set has a multiple of rps rows. */
+bool slot_rows_fit(const gemv_set &s, int rps)
+{
+    for (int i = 0; i < s.n; i++)
+        if ((s.end[i] - (i ? s.end[i - 1] : 0)) % rps)
+            return false;
+    return true;
 }
 
 /* Weight rows a slot for one row of x: each piece of x a slot loads then
@@ -665,18 +692,22 @@ void gemv_slots(cuda_backend *b, const gemv_set &s, const xin &x, int nr, int ge
  * together. 4 for mid-sized matrices, 2 for the output head, 1 below 2048
  * rows (too few warps) and for float matrices over 4096 rows, which one
  * row a slot reads near the copy bandwidth already (bench/gemv_bench.cu,
- * H100, bench/RESULTS.md session 28). The size must divide every matrix's
- * rows. */
-int slot_rows(const gemv_set &s, bool quant)
+ * H100, bench/RESULTS.md session 28), unless one row a slot would spill
+ * past one wave and two fit in one (Gemma3-12B's bf16 q/k/v, 8192 rows:
+ * session 29). The size must divide every matrix's rows. */
+template <typename F> int slot_rows(cuda_backend *b, const gemv_set &s)
 {
     int rows = s.end[s.n - 1], rps = 1;
-    if (rows >= 2048 && rows <= (quant ? 16384 : 4096))
+    if (rows >= 2048 && rows <= (F::QUANT ? 16384 : 4096))
         rps = 4;
     else if (rows > 16384)
         rps = 2;
-    for (int i = 0; i < s.n; i++)
-        while ((s.end[i] - (i ? s.end[i - 1] : 0)) % rps)
-            rps /= 2;
+    while (!slot_rows_fit(s, rps))
+        rps /= 2;
+    int blocks = (rows + GEMV_WARPS - 1) / GEMV_WARPS;
+    if (rps == 1 && slot_rows_fit(s, 2) && blocks > gemv_wave<F, false, GEMV_UNROLL, 1, 1>(b) &&
+        (blocks + 1) / 2 <= gemv_wave<F, false, 1, 1, 2>(b))
+        rps = 2;
     return rps;
 }
 
@@ -685,7 +716,7 @@ int slot_rows(const gemv_set &s, bool quant)
 template <typename F, bool GATED> void gemv_launch(cuda_backend *b, const gemv_set &s, const xin &x, int nr, int gelu)
 {
     int rows = s.end[GATED ? 0 : s.n - 1];
-    int rps = GATED || nr > 1 ? 1 : slot_rows(s, F::QUANT);
+    int rps = GATED || nr > 1 ? 1 : slot_rows<F>(b, s);
     if (rps == 4)
         gemv_slots<F, GATED, 1, 4>(b, s, x, nr, gelu, rows / 4);
     else if (rps == 2)

@@ -231,29 +231,44 @@ static void check_fused_matmuls(pair *p)
     }
 }
 
-/* One row of x against the GEMV's slots of several weight rows
- * (slot_rows in src/backend_cuda.cu): q, k and v of 2048, 512 and 512 rows
- * take 4 rows a slot, their slots crossing from matrix to matrix; 16392
- * rows take 2. tol: 1e-4 for float weights, 1e-2 for q8/q4 (as the other
- * checks of each). */
-static void check_slot_rows(pair *p, float tol, const char *name)
+/* One row of x against q, k and v of Ns rows (a matmul_multi), slots
+ * taking `slot` rows as the comment of check_slot_rows says. */
+static void check_qkv_rows(pair *p, const both *x, const int *Ns, float tol, const char *name, const char *slot)
 {
-    const int K = 256, Ns[3] = {2048, 512, 512}, N_head = 16392;
-    both x = activations(p, 1, K, 1.0f), w[3], o[3];
+    const int K = x->cols;
+    both w[3], o[3];
     for (int i = 0; i < 3; i++) {
         w[i] = input(p, Ns[i], K, LMX_DT_BF16, 0.05f);
         o[i] = output(p, 1, Ns[i]);
     }
     lmx_tensor *oc[3] = {o[0].c, o[1].c, o[2].c}, *og[3] = {o[0].g, o[1].g, o[2].g};
     const lmx_tensor *wc[3] = {w[0].c, w[1].c, w[2].c}, *wg[3] = {w[0].g, w[1].g, w[2].g};
-    char what[96];
-    p->cpu->ops->matmul_multi(p->cpu, 3, oc, x.c, wc, 1);
-    p->gpu->ops->matmul_multi(p->gpu, 3, og, x.g, wg, 1);
+    char what[128];
+    p->cpu->ops->matmul_multi(p->cpu, 3, oc, x->c, wc, 1);
+    p->gpu->ops->matmul_multi(p->gpu, 3, og, x->g, wg, 1);
     for (int i = 0; i < 3; i++) {
-        snprintf(what, sizeof what, "%s matmul_multi, 4 rows a slot, output %d", name, i);
+        snprintf(what, sizeof what, "%s matmul_multi of %d/%d/%d rows, %s, output %d", name, Ns[0], Ns[1], Ns[2],
+                 slot, i);
         same(p, &o[i], 1, tol, what);
     }
+    drop_qkv(p, w, o);
+}
+
+/* One row of x against the GEMV's slots of several weight rows
+ * (slot_rows in src/backend_cuda.cu): q, k and v of 2048, 512 and 512 rows
+ * take 4 rows a slot, their slots crossing from matrix to matrix; of 4096,
+ * 2048 and 2048 rows (Gemma3-12B's) bf16 takes 2 rows a slot on a GPU of
+ * 132 multiprocessors (one a slot would spill past one wave), q8/q4 4 in
+ * blocks of one warp a slot; 16392 rows take 2. tol: 1e-4 for float
+ * weights, 1e-2 for q8/q4 (as the other checks of each). */
+static void check_slot_rows(pair *p, float tol, const char *name)
+{
+    const int K = 256, Ns[3] = {2048, 512, 512}, Ns_wave[3] = {4096, 2048, 2048}, N_head = 16392;
+    both x = activations(p, 1, K, 1.0f);
+    check_qkv_rows(p, &x, Ns, tol, name, "4 rows a slot");
+    check_qkv_rows(p, &x, Ns_wave, tol, name, "rows a slot by the wave");
     both wh = input(p, N_head, K, LMX_DT_BF16, 0.05f), oh = output(p, 1, N_head);
+    char what[96];
     p->cpu->ops->matmul(p->cpu, oh.c, x.c, wh.c, 1);
     p->gpu->ops->matmul(p->gpu, oh.g, x.g, wh.g, 1);
     snprintf(what, sizeof what, "%s matmul of %d rows, 2 rows a slot", name, N_head);
@@ -261,7 +276,6 @@ static void check_slot_rows(pair *p, float tol, const char *name)
     drop(p, &x);
     drop(p, &wh);
     drop(p, &oh);
-    drop_qkv(p, w, o);
 }
 
 /* A gated prefill keeps its output in bf16 only (docs/cuda.md): read
