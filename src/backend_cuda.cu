@@ -653,7 +653,7 @@ void gemv_wpr(cuda_backend *b, const gemv_set &s, const xin &x, int nr, int gelu
  * most multiprocessors without loads in flight. */
 template <typename F, bool GATED, int U, int WPR, int RPS> int gemv_wave(cuda_backend *b)
 {
-    static const int per_sm = [] { /* the kernel's registers decide it: the same on every device here */
+    static const int per_sm = [] { /* the kernel's registers decide it: once (one GPU architecture a process) */
         int n = 0;
         if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_gemv<F, 1, GATED, U, WPR, RPS>, GEMV_WARPS * 32, 0) !=
             cudaSuccess)
@@ -677,6 +677,11 @@ void gemv_slots(cuda_backend *b, const gemv_set &s, const xin &x, int nr, int ge
     else
         gemv_wpr<F, GATED, U, 1, RPS>(b, s, x, nr, gelu, slots);
 }
+
+/* Loads in flight a row for slots of several rows: two for float weights
+ * (session 29: Qwen3-8B bf16 decode +1.4%, Gemma3-12B +1.1%), one for
+ * q8/q4. */
+template <typename F> constexpr int several_rows_u() { return F::QUANT ? 1 : 2; }
 
 /* Whether every matrix of the set has a multiple of rps rows. */
 bool slot_rows_fit(const gemv_set &s, int rps)
@@ -706,23 +711,21 @@ template <typename F> int slot_rows(cuda_backend *b, const gemv_set &s)
         rps /= 2;
     int blocks = (rows + GEMV_WARPS - 1) / GEMV_WARPS;
     if (rps == 1 && slot_rows_fit(s, 2) && blocks > gemv_wave<F, false, GEMV_UNROLL, 1, 1>(b) &&
-        (blocks + 1) / 2 <= gemv_wave<F, false, F::QUANT ? 1 : 2, 1, 2>(b))
+        (blocks + 1) / 2 <= gemv_wave<F, false, several_rows_u<F>(), 1, 2>(b))
         rps = 2;
     return rps;
 }
 
-/* Slots of several rows take two loads in flight a row for float weights
- * (session 29: Qwen3-8B bf16 decode +1.4%, Gemma3-12B +1.1%) and one for
- * q8/q4; gate and up (two rows a slot) one a row for q8/q4, whose integer
- * loop gains from it. */
+/* Gate and up (two rows a slot) take one load in flight a row for q8/q4,
+ * whose integer loop gains from it. */
 template <typename F, bool GATED> void gemv_launch(cuda_backend *b, const gemv_set &s, const xin &x, int nr, int gelu)
 {
     int rows = s.end[GATED ? 0 : s.n - 1];
     int rps = GATED || nr > 1 ? 1 : slot_rows<F>(b, s);
     if (rps == 4)
-        gemv_slots<F, GATED, F::QUANT ? 1 : 2, 4>(b, s, x, nr, gelu, rows / 4);
+        gemv_slots<F, GATED, several_rows_u<F>(), 4>(b, s, x, nr, gelu, rows / 4);
     else if (rps == 2)
-        gemv_slots<F, GATED, F::QUANT ? 1 : 2, 2>(b, s, x, nr, gelu, rows / 2);
+        gemv_slots<F, GATED, several_rows_u<F>(), 2>(b, s, x, nr, gelu, rows / 2);
     else
         gemv_slots<F, GATED, GATED && F::QUANT ? 1 : GEMV_UNROLL, 1>(b, s, x, nr, gelu, rows);
 }
