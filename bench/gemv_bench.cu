@@ -106,6 +106,8 @@ template <typename F, int U, int WPR, int RPS = 1> variant make(const char *name
 template <typename F> void variants(variant *v, int *n)
 {
     int i = 0;
+    v[i++] = make<F, 1, 1>("U1 W1"); /* the backend's gate/up for q8/q4 */
+    v[i++] = make<F, 1, 2>("U1 W2");
     v[i++] = make<F, 2, 1>("U2 W1");
     v[i++] = make<F, 4, 1>("U4 W1");
     v[i++] = make<F, 2, 2>("U2 W2");
