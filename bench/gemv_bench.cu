@@ -1,8 +1,9 @@
 /* The decode GEMV (src/cuda_gemv.cuh) on one model's matrix shapes, under
  * launch variants: loads in flight per thread and row (U), warps sharing
- * a slot (W; the backend picks 1 or 2 by the slots' count) and weight rows
- * a slot (M; of both gate and up for gate/up; the backend's slot_rows
- * picks 1, 2 or 4 for ungated products, 1 for gate/up). Each
+ * a slot (W; the backend picks 1 or 2 by the slots' count and whether
+ * they fit one wave) and weight rows a slot (M; of both gate and up for
+ * gate/up; the backend's slot_rows picks 1, 2 or 4 for ungated products,
+ * 1 for gate/up). Each
  * shape is stored `layers` times (a layer's matrix each, so that nothing
  * stays in L2) and its GEMVs run back to back from a CUDA graph, launched
  * as the backend launches them (programmatic dependent launch); best of 5
