@@ -678,6 +678,10 @@ void gemv_slots(cuda_backend *b, const gemv_set &s, const xin &x, int nr, int ge
         gemv_wpr<F, GATED, U, 1, RPS>(b, s, x, nr, gelu, slots);
 }
 
+/* Loads in flight a row for slots of one row: one for q8/q4 gate and up
+ * (two rows a slot already), whose integer loop gains from it. */
+template <typename F, bool GATED> constexpr int one_row_u() { return GATED && F::QUANT ? 1 : GEMV_UNROLL; }
+
 /* Loads in flight a row for slots of several rows: two for float weights
  * (session 29: Qwen3-8B bf16 decode +1.4%, Gemma3-12B +1.1%), one for
  * q8/q4. */
@@ -710,14 +714,13 @@ template <typename F> int slot_rows(cuda_backend *b, const gemv_set &s)
     while (!slot_rows_fit(s, rps))
         rps /= 2;
     int blocks = (rows + GEMV_WARPS - 1) / GEMV_WARPS;
-    if (rps == 1 && slot_rows_fit(s, 2) && blocks > gemv_wave<F, false, GEMV_UNROLL, 1, 1>(b) &&
+    if (rps == 1 && slot_rows_fit(s, 2) && blocks > gemv_wave<F, false, one_row_u<F, false>(), 1, 1>(b) &&
         (blocks + 1) / 2 <= gemv_wave<F, false, several_rows_u<F>(), 1, 2>(b))
         rps = 2;
     return rps;
 }
 
-/* Gate and up (two rows a slot) take one load in flight a row for q8/q4,
- * whose integer loop gains from it. */
+/* The GEMV of a set, with the rows and loads a slot chosen above. */
 template <typename F, bool GATED> void gemv_launch(cuda_backend *b, const gemv_set &s, const xin &x, int nr, int gelu)
 {
     int rows = s.end[GATED ? 0 : s.n - 1];
@@ -727,7 +730,7 @@ template <typename F, bool GATED> void gemv_launch(cuda_backend *b, const gemv_s
     else if (rps == 2)
         gemv_slots<F, GATED, several_rows_u<F>(), 2>(b, s, x, nr, gelu, rows / 2);
     else
-        gemv_slots<F, GATED, GATED && F::QUANT ? 1 : GEMV_UNROLL, 1>(b, s, x, nr, gelu, rows);
+        gemv_slots<F, GATED, one_row_u<F, GATED>(), 1>(b, s, x, nr, gelu, rows);
 }
 
 template <typename F> void gemv_gated(cuda_backend *b, const gemv_set &s, const xin &x, int nr, bool gated, int gelu)
