@@ -407,7 +407,8 @@ static void check_quantized(pair *p, int bits)
         p->gpu->ops->gated_mlp(p->gpu, o[0].g, up.g, x.g, w[0].g, w_up.g, rows[r], LMX_ACT_SILU);
         /* act(gate) * up carries two products' differences (the CPU's int8
          * activations, the GPU's bf16 ones and bf16 output): 1.09e-2 on
-         * one draw of 64 rows (session 29, H100), so twice the products' */
+         * one draw of 64 rows (session 29, H100), so twice the 1e-2 each
+         * product is held to */
         snprintf(what, sizeof what, "q%d gated_mlp rows %d", bits, rows[r]);
         same(p, &o[0], rows[r], 2e-2f, what);
     }
