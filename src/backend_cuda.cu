@@ -106,6 +106,7 @@ struct cuda_backend {
     int device;
     int sms;           /* multiprocessors */
     int dec_blocks[3]; /* k_attn_dec<64, 128, 256> blocks a multiprocessor holds */
+    int attn_carveout; /* percent of shared memory that holds a k_attn_dec<256> block (launch_carved) */
     cudaStream_t stream;
     cublasHandle_t blas;
     pthread_mutex_t lock; /* held from step_begin to step_end */
@@ -278,21 +279,31 @@ template <typename T> bool grow(cuda_backend *b, T **buf, size_t *cap, size_t n,
 }
 
 /* Every kernel is launched with programmatic dependent launch allowed
- * (pdl_wait in cuda_common.cuh). */
+ * (pdl_wait in cuda_common.cuh); with carveout >= 0, that percent of the
+ * multiprocessor's shared memory preferred over L1 for this launch. */
 template <typename... KArgs, typename... Args>
-void launch(cuda_backend *b, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shm, Args... args)
+void launch_carved(cuda_backend *b, int carveout, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shm,
+                   Args... args)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = shm;
     cfg.stream = b->stream;
-    cudaLaunchAttribute attr[1];
+    cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
+    attr[1].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
+    attr[1].val.sharedMemCarveout = (unsigned)carveout;
     cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = carveout >= 0 ? 2 : 1;
     ok(b, cudaLaunchKernelEx(&cfg, kernel, (KArgs)args...), "launch");
+}
+
+template <typename... KArgs, typename... Args>
+void launch(cuda_backend *b, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shm, Args... args)
+{
+    launch_carved(b, -1, kernel, grid, block, shm, args...);
 }
 
 /* Kernels ------------------------------------------------------------------ */
@@ -636,15 +647,19 @@ void gemv_wpr(cuda_backend *b, const gemv_set &s, const xin &x, int nr, int gelu
 {
     unsigned grid = (unsigned)((slots * WPR + GEMV_WARPS - 1) / GEMV_WARPS);
     int th = GEMV_WARPS * 32;
+    /* Several plain products at once are q/k/v, which decode attention
+     * follows: room for its blocks beside this launch's lets them start
+     * before it ends (attn_carveout). */
+    int cv = !GATED && s.n > 1 ? b->attn_carveout : -1;
     if (RPS > 1 || nr <= 1) /* slots of several rows take one row of x (gemv_launch) */
-        launch(b, k_gemv<F, 1, GATED, U, WPR, RPS>, grid, th, 0, s, x, nr, gelu);
+        launch_carved(b, cv, k_gemv<F, 1, GATED, U, WPR, RPS>, grid, th, 0, s, x, nr, gelu);
     else if constexpr (RPS == 1) { /* no kernels for rows of x that never meet such slots */
         if (nr <= 2)
-            launch(b, k_gemv<F, 2, GATED, U, WPR, RPS>, grid, th, 0, s, x, nr, gelu);
+            launch_carved(b, cv, k_gemv<F, 2, GATED, U, WPR, RPS>, grid, th, 0, s, x, nr, gelu);
         else if (nr <= 4)
-            launch(b, k_gemv<F, 4, GATED, U, WPR, RPS>, grid, th, 0, s, x, nr, gelu);
+            launch_carved(b, cv, k_gemv<F, 4, GATED, U, WPR, RPS>, grid, th, 0, s, x, nr, gelu);
         else
-            launch(b, k_gemv<F, 8, GATED, U, WPR, RPS>, grid, th, 0, s, x, nr, gelu);
+            launch_carved(b, cv, k_gemv<F, 8, GATED, U, WPR, RPS>, grid, th, 0, s, x, nr, gelu);
     }
 }
 
@@ -1161,6 +1176,15 @@ cudaError_t attention_init(cuda_backend *b)
     for (int i = 0; i < 3 && e == cudaSuccess; i++)
         e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b->dec_blocks[i], (const void *)ks[i].k, DEC_WARPS * 32,
                                                           ks[i].shm);
+    int sm_shm = 0, reserved = 0;
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&sm_shm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, b->device);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, b->device);
+    if (e == cudaSuccess) {
+        size_t need = dec_shm(256) + (size_t)reserved;
+        b->attn_carveout = need >= (size_t)sm_shm ? 100 : (int)((need * 100 + sm_shm - 1) / sm_shm);
+    }
     return e == cudaSuccess ? wgmma_init(b) : e;
 }
 
