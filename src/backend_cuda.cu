@@ -105,7 +105,7 @@ struct cuda_backend {
     lmx_backend base;
     int device;
     int sms;           /* multiprocessors */
-    int dec_blocks[3]; /* k_attn_dec<64, 128, 256> blocks a multiprocessor holds */
+    int dec_blocks[3]; /* k_attn_dec<64, 128, 256> blocks a multiprocessor holds (either instance) */
     int attn_carveout; /* percent of shared memory that holds a k_attn_dec<256> block (launch_carved) */
     cudaStream_t stream;
     cublasHandle_t blas;
@@ -1158,9 +1158,12 @@ cudaError_t attention_init(cuda_backend *b)
     const struct {
         const void *k;
         size_t shm;
-    } ks[] = {{(const void *)k_attn_dec<64>, dec_shm(64)},
-              {(const void *)k_attn_dec<128>, dec_shm(128)},
-              {(const void *)k_attn_dec<256>, dec_shm(256)},
+    } ks[] = {{(const void *)k_attn_dec<64, false>, dec_shm(64)},
+              {(const void *)k_attn_dec<128, false>, dec_shm(128)},
+              {(const void *)k_attn_dec<256, false>, dec_shm(256)},
+              {(const void *)k_attn_dec<64, true>, dec_shm(64)},
+              {(const void *)k_attn_dec<128, true>, dec_shm(128)},
+              {(const void *)k_attn_dec<256, true>, dec_shm(256)},
               {(const void *)k_attn_fa<64, float>, fa_shm<64>()},
               {(const void *)k_attn_fa<128, float>, fa_shm<128>()},
               {(const void *)k_attn_fa<256, float>, fa_shm<256>()},
@@ -1173,9 +1176,13 @@ cudaError_t attention_init(cuda_backend *b)
     cudaError_t e = cudaSuccess;
     for (size_t i = 0; i < sizeof ks / sizeof *ks && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(ks[i].k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ks[i].shm);
-    for (int i = 0; i < 3 && e == cudaSuccess; i++)
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b->dec_blocks[i], (const void *)ks[i].k, DEC_WARPS * 32,
-                                                          ks[i].shm);
+    for (int i = 0; i < 3 && e == cudaSuccess; i++) { /* the fewer of the two instances */
+        int generic = 0, step = 0;
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&generic, ks[i].k, DEC_WARPS * 32, ks[i].shm);
+        if (e == cudaSuccess)
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&step, ks[i + 3].k, DEC_WARPS * 32, ks[i].shm);
+        b->dec_blocks[i] = generic < step ? generic : step;
+    }
     int sm_shm = 0, reserved = 0;
     if (e == cudaSuccess)
         e = cudaDeviceGetAttribute(&sm_shm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, b->device);
@@ -1210,7 +1217,9 @@ void attention_decode(cuda_backend *b, lmx_tensor *out, const lmx_tensor *q, con
     int G = lmx_quant_group(out->cols);
     xquant oq = quant_copy(b, out, p->n_rows, G && hd % G == 0); /* for the o GEMV */
     dim3 grid((unsigned)groups, (unsigned)nsplit);
-    auto k = HD == 64 ? k_attn_dec<64> : HD == 128 ? k_attn_dec<128> : k_attn_dec<256>;
+    auto k = HD == 64 ? k_attn_dec<64, false> : HD == 128 ? k_attn_dec<128, false> : k_attn_dec<256, false>;
+    if (hd == HD && p->n_rows == 1)
+        k = HD == 64 ? k_attn_dec<64, true> : HD == 128 ? k_attn_dec<128, true> : k_attn_dec<256, true>;
     launch(b, k, grid, DEC_WARPS * 32, dec_shm(HD), f32(out), oq, b->part, f32(q), (const bf16 *)kc->data,
            (const bf16 *)vc->data, kc->rows, p->n_heads, p->n_kv_heads, hd, p->window, p->scale, p->softcap, dpos,
            p->pos0, p->n_rows, fz);

@@ -364,19 +364,28 @@ size_t dec_shm(int HD) { return (size_t)(16 + DEC_WARPS * 4 * DEC_KEYS) * (HD + 
  * (acc, m, l) for k_attn_merge. With f.k (qk_fuse) q is raw and each
  * query row is normalized and rotated as it is staged, and the warp whose
  * chunk holds a key of this step first writes that key and value to the
- * cache (blocks of other query tiles of the head write the same bytes). */
-template <int HD>
+ * cache (blocks of other query tiles of the head write the same bytes).
+ * STEP: one query row and hd == HD (a decode step), known to the
+ * compiler, which then leaves out the checks and divisions by hd and G
+ * (less code to fetch each layer: 1-11% faster decode with the q/k/v
+ * carveout, bench/RESULTS.md session 31). */
+template <int HD, bool STEP>
 __global__ void __launch_bounds__(DEC_WARPS * 32)
     k_attn_dec(float *out, xquant oq, float *part, const float *q, const bf16 *kc, const bf16 *vc, int slots, int H,
-               int KVH, int hd, int window, float scale, float softcap, const int *dpos, int pos0, int n_rows,
+               int KVH, int head_dim, int window, float scale, float softcap, const int *dpos, int pos0, int n_rows,
                qk_fuse fz)
 {
+    const int hd = STEP ? HD : head_dim;
+    if (STEP)
+        n_rows = 1;
     constexpr int P = HD / 64;
     head_pairs<P> hq, hk;
     const int LD = HD + 8;
     extern __shared__ __align__(16) bf16 dsh[];
     bf16 *Qs = dsh;
     int G = H / KVH, nq = G * n_rows, qtiles = (nq + 15) / 16;
+    auto qrow = [&](int f) { return STEP ? 0 : f / G; }; /* f < nq: query row f / G, head f % G */
+    auto qhead = [&](int f) { return STEP ? f : f % G; };
     int kvh = blockIdx.x / qtiles, f0 = blockIdx.x % qtiles * 16, s = blockIdx.y, nsplit = gridDim.y;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
     /* Before the wait, off the path from the q/k/v product: the position
@@ -439,7 +448,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
 #pragma unroll
     for (int i = 0; i < QR; i++) {
         int r = warp + DEC_WARPS * i, f = min(f0 + r, nq - 1);
-        load_head(x0[i], x1[i], q + ((size_t)(f / G) * H + kvh * G + f % G) * hd, hd, fz.k && f0 + r < nq);
+        load_head(x0[i], x1[i], q + ((size_t)qrow(f) * H + kvh * G + qhead(f)) * hd, hd, fz.k && f0 + r < nq);
     }
     if (c < chunks) {
         if (!fz.k) /* the step's keys are in the cache: read after the wait */
@@ -451,19 +460,19 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         for (int i = 0; i < QR; i++) {
             int r = warp + DEC_WARPS * i;
             if (f0 + r < nq) /* warp-uniform */
-                norm_rotate(x0[i], x1[i], hq, hd, fz.eps, angles(hq, base + (f0 + r) / G));
+                norm_rotate(x0[i], x1[i], hq, hd, fz.eps, angles(hq, base + qrow(f0 + r)));
             store_head(Qs + r * LD, x0[i], x1[i], hd);
         }
     } else {
         for (int i = threadIdx.x; i < 16 * hd / 4; i += blockDim.x) { /* Q, rows past the group's zero */
             int r = i / (hd / 4), col = i % (hd / 4) * 4, f = min(f0 + r, nq - 1);
-            stage_q4(Qs + r * LD + col, q + ((size_t)(f / G) * H + kvh * G + f % G) * hd + col, f0 + r < nq);
+            stage_q4(Qs + r * LD + col, q + ((size_t)qrow(f) * H + kvh * G + qhead(f)) * hd + col, f0 + r < nq);
         }
     }
     int lo_r[2], hi_r[2];
     for (int r = 0; r < 2; r++) {
         int f = f0 + g + 8 * r;
-        hi_r[r] = f < nq ? base + f / G : -1; /* rows past the group's see nothing */
+        hi_r[r] = f < nq ? base + qrow(f) : -1; /* rows past the group's see nothing */
         lo_r[r] = window > 0 && hi_r[r] - window + 1 > 0 ? hi_r[r] - window + 1 : 0;
     }
     __syncthreads(); /* Qs */
@@ -525,7 +534,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
                     A[j] += wt * row[d + j];
             }
         }
-        size_t qi = valid ? (size_t)(f / G) * H + kvh * G + f % G : 0; /* (query row, head) */
+        size_t qi = valid ? (size_t)qrow(f) * H + kvh * G + qhead(f) : 0; /* (query row, head) */
         if (active == 1) { /* no merge needed */
             float il = 1.0f / L;
             float4 o = make_float4(A[0] * il, A[1] * il, A[2] * il, A[3] * il);

@@ -613,7 +613,8 @@ static void check_folded_decode(pair *p, both *kc, both *vc, int H, int hd, int 
  * prefill kernel keeps q and p in float32: 2e-4. Caches: a ring that
  * wrapped (positions 0 .. 1599 in 1100 slots), deep ones (5000 positions:
  * decode spans many splits); GQA ratios 1, 2, 4, 8; head_dim 64, 128,
- * 256; decode of 1 to 8 rows at depths from 0 to 5000 (the keys past them
+ * 256, and 96 (a head_dim below the decode kernel's tile: its generic
+ * instance); decode of 1 to 8 rows at depths from 0 to 5000 (the keys past them
  * in the cache masked), prefill sizes that are no multiple of the tiles,
  * sliding windows, softcap. */
 static void check_attention(pair *p)
@@ -621,7 +622,7 @@ static void check_attention(pair *p)
     const struct {
         int hd, H, KVH, slots, fill;
     } cfgs[] = {{128, 8, 2, 1100, 1600}, {256, 8, 2, 1100, 1600}, {64, 4, 4, 5100, 5000}, {128, 8, 4, 5100, 5000},
-                {256, 4, 1, 5100, 5000}, {128, 16, 2, 600, 600}};
+                {256, 4, 1, 5100, 5000}, {128, 16, 2, 600, 600}, {96, 4, 2, 600, 600}};
     const struct {
         int n, pos0, window; /* pos0 < 0: that far back from the last position written */
         float softcap;
