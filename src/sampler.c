@@ -24,6 +24,10 @@ typedef struct {
 
 enum { BLOCK = 256 }; /* tokens per partial sum of the dense layout (kept_set) */
 enum { MAXB = 64 };   /* tokens per block maximum (kth_largest) */
+/* Entries a group beyond k + 1 when a repetition penalty may push some of
+ * its best below the rest (lmx_sampler_top_request): a group then decides
+ * while at most this many of its entries are in the history. */
+enum { TOP_PENALTY_ROOM = 16 };
 
 struct lmx_sampler {
     lmx_sampler_params p;
@@ -160,8 +164,18 @@ void lmx_sampler_free(lmx_sampler *s) {
 
 /* ---- processing ----------------------------------------------------------- */
 
-/* RepetitionPenaltyLogitsProcessor: every distinct token of the history once,
- * positive scores divided by the penalty, negative ones multiplied. */
+/* RepetitionPenaltyLogitsProcessor's rule for one score of a token in the
+ * history: positive scores divided by the penalty, negative ones multiplied. */
+static inline float penalized(float x, float pen) { return x < 0 ? x * pen : x / pen; }
+
+/* Sets the seen marks of the history's tokens in the vocabulary to v. */
+static void mark_history(lmx_sampler *s, const int32_t *h, size_t n, uint8_t v) {
+    for (size_t i = 0; i < n; i++)
+        if (h[i] >= 0 && h[i] < s->vocab)
+            s->seen[h[i]] = v;
+}
+
+/* The penalty on every distinct token of the history, once. */
 static void penalize(lmx_sampler *s, float *x, const int32_t *h, size_t n) {
     float pen = s->p.repetition_penalty;
     if (pen == 1.0f || !h)
@@ -171,11 +185,9 @@ static void penalize(lmx_sampler *s, float *x, const int32_t *h, size_t n) {
         if (t < 0 || t >= s->vocab || s->seen[t])
             continue;
         s->seen[t] = 1;
-        x[t] = x[t] < 0 ? x[t] * pen : x[t] / pen;
+        x[t] = penalized(x[t], pen);
     }
-    for (size_t i = 0; i < n; i++)
-        if (h[i] >= 0 && h[i] < s->vocab)
-            s->seen[h[i]] = 0;
+    mark_history(s, h, n, 0);
 }
 
 /* The order transformers' top-p sees: higher score first; among equal
@@ -512,19 +524,46 @@ void lmx_sampler_probs(lmx_sampler *s, float *logits, const int32_t *history, si
 
 int lmx_sampler_top_request(const lmx_sampler *s) {
     const lmx_sampler_params *p = &s->p;
-    if (p->temperature == 0 || p->repetition_penalty != 1.0f || p->top_k <= 0 || p->top_k >= LMX_TOPK_MAX)
+    if (p->repetition_penalty < 1.0f) /* it may raise a token a group left out above the rest */
         return 0;
-    return p->top_k + 1;
+    int k = p->temperature == 0 ? 1 : p->top_k;
+    if (k <= 0 || k >= LMX_TOPK_MAX)
+        return 0;
+    int per = k + 1 + (p->repetition_penalty > 1.0f ? TOP_PENALTY_ROOM : 0);
+    return per < LMX_TOPK_MAX ? per : LMX_TOPK_MAX;
+}
+
+/* Greedy from the candidates c[0..n) (penalized, not warped): the argmax
+ * (lmx_argmax_beats), when it beats every full group's last entry. */
+static int32_t top_argmax(const cand *c, size_t n, const lmx_scored *top, int groups, int per) {
+    size_t best = 0;
+    for (size_t i = 1; i < n; i++)
+        if (lmx_argmax_beats(c[i].s, c[i].id, c[best].s, c[best].id))
+            best = i;
+    if (n == 0 || c[best].s != c[best].s)
+        return -1;
+    for (int g = 0; g < groups; g++) {
+        lmx_scored last = top[(size_t)g * per + per - 1];
+        if (last.col >= 0 && !(last.score < c[best].s))
+            return -1;
+    }
+    return c[best].id;
 }
 
 /* The union of the groups holds the k best tokens (each is among the best
- * of its own group), so its k-th largest warped score is the vocabulary's
- * (warped() never decreases). What a full group left out ranks after its
- * last entry; while that entry warps to less than the k-th, none of it
- * would be kept. */
-int32_t lmx_sampler_sample_top(lmx_sampler *s, const lmx_scored *top, int groups, int per) {
-    const float t = s->p.temperature;
-    const size_t k = (size_t)s->p.top_k;
+ * of its own group), so its k-th largest processed score is the
+ * vocabulary's: neither warped() nor a penalty of at least 1 raises a
+ * score, and a token a group left out ranks after that group's last
+ * entry, before or after the penalty. While that entry, unpenalized, warps
+ * to less than the k-th, nothing left out would be kept. */
+int32_t lmx_sampler_sample_top(lmx_sampler *s, const lmx_scored *top, int groups, int per,
+                               const int32_t *history, size_t n_history) {
+    const int greedy = s->p.temperature == 0;
+    const float t = greedy ? 1.0f : s->p.temperature, pen = s->p.repetition_penalty;
+    const size_t k = greedy ? 1 : (size_t)s->p.top_k;
+    const int penalty = pen != 1.0f && history;
+    if (penalty)
+        mark_history(s, history, n_history, 1);
     cand *c = s->c;
     size_t n = 0, n_finite = 0;
     float smax = -INFINITY;
@@ -533,11 +572,16 @@ int32_t lmx_sampler_sample_top(lmx_sampler *s, const lmx_scored *top, int groups
             lmx_scored e = top[(size_t)g * per + j];
             if (e.col < 0 || e.col >= s->vocab)
                 continue;
-            float v = warped(e.score, t);
+            float x = penalty && s->seen[e.col] ? penalized(e.score, pen) : e.score;
+            float v = greedy ? x : warped(x, t);
             c[n++] = (cand){v, e.col, 0};
             n_finite += v > -INFINITY;
             smax = v > smax ? v : smax;
         }
+    if (penalty)
+        mark_history(s, history, n_history, 0);
+    if (greedy)
+        return top_argmax(c, n, top, groups, per);
     if (n_finite <= k) /* top-k might not apply */
         return -1;
     size_t size = 0;

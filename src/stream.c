@@ -31,7 +31,7 @@ struct lmx_stream {
     lmx_sampler *sampler;
     int greedy;          /* argmax without a penalty: only the next id is asked for */
     int32_t next;        /* that id, when greedy */
-    int top_per;         /* else, with top-k and no penalty: groups of this many best scores */
+    int top_per;         /* else, with top-k or greedy with a penalty: groups of this many best scores */
     lmx_scored *top;     /* those groups (lmx_sampler_sample_top), top_groups of them */
     int top_groups;
     lmx_detok *detok;
@@ -211,8 +211,9 @@ static int cancelled(lmx_stream *s)
 }
 
 /* Evaluates n tokens: the next token's scores into s->logits, or what
- * choosing it needs: when greedy only its id into s->next, with top-k its
- * best scores into s->top (little comes back from a GPU). */
+ * choosing it needs: when greedy only its id into s->next, with top-k (or
+ * greedy with a penalty) its best scores into s->top (little comes back
+ * from a GPU). */
 static lmx_status eval_tokens(lmx_stream *s, const int32_t *ids, int n)
 {
     if (s->greedy)
@@ -228,7 +229,8 @@ static int32_t choose(lmx_stream *s)
     if (s->greedy)
         return s->next;
     int32_t id = -1;
-    if (s->top_per && (id = lmx_sampler_sample_top(s->sampler, s->top, s->top_groups, s->top_per)) >= 0)
+    if (s->top_per && (id = lmx_sampler_sample_top(s->sampler, s->top, s->top_groups, s->top_per, s->tokens,
+                                                    (size_t)s->n_tokens)) >= 0)
         return id;
     if (s->top_per && lmx_context_last_logits(s->ctx, s->logits, &s->err)) /* undecided: the whole logits */
         return -1;

@@ -615,27 +615,43 @@ static void top_scores(void) {
 
     /* lmx_sampler_sample_top draws what lmx_sampler_sample draws from the
      * whole logits: same seed, 40 draws, groups as a GPU gives them (128)
-     * and as the CPU does (1) */
-    const int V = 151936;
+     * and as the CPU does (1). With a repetition penalty (the last four
+     * settings, two greedy) the history holds 12 of the row's best tokens,
+     * raised first so that the penalty reorders the top, 300 other ids,
+     * repeats and ids outside the vocabulary. */
+    const int V = 151936, n_hist = 330;
     float *x = malloc((size_t)V * sizeof *x), *y = malloc((size_t)V * sizeof *y);
     lmx_scored *top = malloc((size_t)128 * LMX_TOPK_MAX * sizeof *top);
-    lmx_sampler_params cases[] = {{0.6f, 20, 0.95f, 0, 1, 5}, {1.0f, 64, 1, 0, 1, 6}, {0.7f, 40, 0.9f, 0.05f, 1, 7},
-                                  {1.3f, 1, 1, 0, 1, 8},      {0.6f, 127, 0.8f, 0, 1, 9}};
-    for (size_t c = 0; c < sizeof cases / sizeof *cases && x && y && top; c++)
+    int32_t *hist = malloc((size_t)n_hist * sizeof *hist);
+    lmx_sampler_params cases[] = {{0.6f, 20, 0.95f, 0, 1, 5},     {1.0f, 64, 1, 0, 1, 6},
+                                  {0.7f, 40, 0.9f, 0.05f, 1, 7},  {1.3f, 1, 1, 0, 1, 8},
+                                  {0.6f, 127, 0.8f, 0, 1, 9},     {0.7f, 20, 0.8f, 0, 1.3f, 10},
+                                  {1.0f, 50, 1, 0.05f, 2.0f, 11}, {0, 0, 1, 0, 1.2f, 12},
+                                  {0, 40, 0.5f, 0, 1.05f, 13}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases && x && y && top && hist; c++)
         for (int groups = 1; groups <= 128; groups += 127) {
             lmx_sampler *dense = make(cases[c], V), *s = make(cases[c], V);
             int per = s ? lmx_sampler_top_request(s) : 0, mismatched = 0, undecided = 0;
-            CHECK(per == cases[c].top_k + 1, "case %zu: request %d", c, per);
+            int pen = cases[c].repetition_penalty != 1, k = cases[c].temperature == 0 ? 1 : cases[c].top_k;
+            CHECK(per == (k + 1 + 16 * pen < LMX_TOPK_MAX ? k + 1 + 16 * pen : LMX_TOPK_MAX),
+                  "case %zu: request %d", c, per);
             for (int d = 0; d < 40 && dense && s && per; d++) {
                 for (int i = 0; i < V; i++) /* peaked like real logits: a few dozen tokens matter */
                     x[i] = (float)(30 * pow(test_unit(), 8) - 10 * test_unit());
+                for (int i = 0; i < n_hist; i++) {
+                    int32_t id = (int32_t)(test_unit() * V);
+                    if (i < 12)
+                        x[id] = (float)(25 + 10 * test_unit());
+                    hist[i] = i < 312 ? id : i < 316 ? hist[i - 300] : i < 318 ? -1 - i : V + i;
+                }
+                int nh = pen ? n_hist : 0;
                 memcpy(y, x, (size_t)V * sizeof *y);
-                int32_t want = lmx_sampler_sample(dense, y, NULL, 0);
+                int32_t want = lmx_sampler_sample(dense, y, hist, (size_t)nh);
                 grouped_top(x, V, groups, per, top);
-                int32_t got = lmx_sampler_sample_top(s, top, groups, per);
+                int32_t got = lmx_sampler_sample_top(s, top, groups, per, hist, (size_t)nh);
                 if (got < 0) { /* an exact tie at the boundary (seen with k 127): as a stream does */
                     undecided++;
-                    got = lmx_sampler_sample(s, x, NULL, 0);
+                    got = lmx_sampler_sample(s, x, hist, (size_t)nh);
                 }
                 mismatched += got != want;
             }
@@ -667,11 +683,32 @@ static void top_scores(void) {
             memcpy(a, undecided[u].x, (size_t)undecided[u].n * sizeof *a);
             memcpy(b, a, sizeof b);
             lmx_top_scores(a, undecided[u].n, per, t);
-            CHECK(lmx_sampler_sample_top(s, t, 1, per) == -1, "undecided case %d draw %d decided", u, d);
+            CHECK(lmx_sampler_sample_top(s, t, 1, per, NULL, 0) == -1, "undecided case %d draw %d decided", u, d);
             int32_t want = lmx_sampler_sample(dense, a, NULL, 0), got = lmx_sampler_sample(s, b, NULL, 0);
             CHECK(got == want, "undecided case %d draw %d: %d after the fallback, want %d", u, d, got, want);
         }
         lmx_sampler_free(dense);
+        lmx_sampler_free(s);
+    }
+    /* undecidable with a penalty: the 18 best of 40 (all a greedy request
+     * holds) in the history, divided by 4, fall below the 19th, which the
+     * group left out */
+    {
+        float a[40];
+        int32_t h[18];
+        lmx_scored t[LMX_TOPK_MAX];
+        for (int i = 0; i < 40; i++)
+            a[i] = (float)(40 - i);
+        for (int i = 0; i < 18; i++)
+            h[i] = i;
+        lmx_sampler *s = make(params(0, 0, 1, 0, 4), 40);
+        int per = s ? lmx_sampler_top_request(s) : 0;
+        CHECK(per == 18, "greedy with a penalty: request %d", per);
+        if (per == 18) {
+            lmx_top_scores(a, 40, per, t);
+            CHECK(lmx_sampler_sample_top(s, t, 1, per, h, 18) == -1, "penalized greedy decided");
+            CHECK(lmx_sampler_sample(s, a, h, 18) == 18, "penalized greedy fallback");
+        }
         lmx_sampler_free(s);
     }
     /* speed, reported only: Qwen3's defaults on its vocabulary, the whole
@@ -690,11 +727,11 @@ static void top_scores(void) {
         clock_t c1 = clock();
         lmx_top_scores(x, V, per, top);
         clock_t c2 = clock();
-        lmx_sampler_sample_top(sd, top, 1, per);
+        lmx_sampler_sample_top(sd, top, 1, per, NULL, 0);
         clock_t c3 = clock();
         grouped_top(x, V, 128, per, top);
         clock_t c4 = clock();
-        lmx_sampler_sample_top(sd, top, 128, per);
+        lmx_sampler_sample_top(sd, top, 128, per, NULL, 0);
         t[0] += c1 - c0, t[1] += c2 - c1, t[2] += c3 - c2, t[3] += clock() - c4;
     }
     for (int i = 0; i < 4; i++)
@@ -702,16 +739,18 @@ static void top_scores(void) {
     printf("vocab %d, T 0.6 top_k 20 top_p 0.95: whole row %.0f us; best scores %.0f us + draw %.1f us; "
            "draw from 128 groups %.1f us\n", V, t[0], t[1], t[2], t[3]);
     lmx_sampler_free(sd);
-    lmx_sampler_params no[] = {{0, 20, 1, 0, 1, 1}, {1, 0, 0.9f, 0, 1, 1}, {1, 20, 1, 0, 1.1f, 1},
+    lmx_sampler_params no[] = {{1, 0, 0.9f, 0, 1, 1}, {1, 20, 1, 0, 0.9f, 1}, {0, 0, 1, 0, 0.5f, 1},
                                {1, LMX_TOPK_MAX, 1, 0, 1, 1}};
     for (int i = 0; i < 4; i++) {
         lmx_sampler *s = make(no[i], 100);
-        CHECK(s && lmx_sampler_top_request(s) == 0, "case %d (greedy, no top-k, penalty, k too large) asks for top scores", i);
+        CHECK(s && lmx_sampler_top_request(s) == 0,
+              "case %d (no top-k, penalties below 1, k too large) asks for top scores", i);
         lmx_sampler_free(s);
     }
     free(x);
     free(y);
     free(top);
+    free(hist);
 }
 
 int main(void) {

@@ -122,10 +122,12 @@ void test_greedy(lmx_model *m, lmx_context *c, int rows, const int32_t *ids, int
 
 void test_sampled(lmx_model *m, int rows, const int32_t *ids, int L, int steps, const char *tag)
 {
-    const lmx_sampler_params cases[] = {{0.6f, 20, 0.95f, 0, 1, 17}, {1.0f, 64, 0.95f, 0.02f, 1, 18}};
+    const lmx_sampler_params cases[] = {{0.6f, 20, 0.95f, 0, 1, 17}, {1.0f, 64, 0.95f, 0.02f, 1, 18},
+                                        {0.8f, 40, 1, 0, 1.3f, 19}, {0, 0, 1, 0, 1.5f, 20}};
     int V = lmx_model_vocab_size(m);
     float *whole = malloc((size_t)V * sizeof *whole), *left = malloc((size_t)V * sizeof *left);
-    for (int k = 0; k < 2 && whole && left; k++) {
+    int32_t *hist = malloc((size_t)(L + steps) * sizeof *hist); /* the prompt and the tokens drawn */
+    for (int k = 0; k < 4 && whole && left && hist; k++) {
         lmx_error err = {0};
         lmx_context *ct = lmx_context_new_chunked(m, L + steps, rows, &err), *cw = lmx_context_new_chunked(m, L + steps, rows, &err);
         lmx_sampler *st = NULL, *sw = NULL;
@@ -134,27 +136,30 @@ void test_sampled(lmx_model *m, int rows, const int32_t *ids, int L, int steps, 
         int per = st ? lmx_sampler_top_request(st) : 0, decided = 0;
         lmx_scored *top = ct && per ? malloc(lmx_context_top_capacity(ct, per) * sizeof *top) : NULL;
         CHECK(ct && cw && sw && top, "%s: setup: %s", tag, err.message);
+        memcpy(hist, ids, (size_t)L * sizeof *hist);
         const int32_t *in = ids;
         int32_t next = -1;
         for (int s = 0, n = L; s < steps && ct && cw && sw && top; s++, in = &next, n = 1) {
             int groups = 0;
+            size_t nh = (size_t)(L + s);
             lmx_status st_t = lmx_context_eval_top(ct, in, n, per, top, &groups, &err);
             CHECK(st_t == LMX_OK, "%s: eval_top: %s", tag, err.message);
             CHECK(lmx_context_eval(cw, in, n, whole, 0, &err) == LMX_OK, "%s: eval: %s", tag, err.message);
             CHECK(lmx_context_last_logits(ct, left, &err) == LMX_OK && !memcmp(whole, left, (size_t)V * sizeof *left),
                   "%s step %d: the logits eval_top left differ from eval's (%s)", tag, s, err.message);
-            int32_t got = lmx_sampler_sample_top(st, top, groups, per);
+            int32_t got = lmx_sampler_sample_top(st, top, groups, per, hist, nh);
             decided += got >= 0;
             if (got < 0) /* as a stream does */
-                got = lmx_sampler_sample(st, left, NULL, 0);
-            next = lmx_sampler_sample(sw, whole, NULL, 0);
-            CHECK(got == next, "%s top_k %d step %d: drew %d from the best scores, %d from the logits", tag,
-                  cases[k].top_k, s, (int)got, (int)next);
+                got = lmx_sampler_sample(st, left, hist, nh);
+            next = lmx_sampler_sample(sw, whole, hist, nh);
+            CHECK(got == next, "%s case %d step %d: drew %d from the best scores, %d from the logits", tag, k, s,
+                  (int)got, (int)next);
+            hist[L + s] = next;
             if (st_t != LMX_OK)
                 break;
         }
-        CHECK(decided >= steps - 1, "%s top_k %d: only %d of %d draws decided by the best scores", tag, cases[k].top_k,
-              decided, steps);
+        CHECK(decided >= steps - 1, "%s case %d: only %d of %d draws decided by the best scores", tag, k, decided,
+              steps);
         free(top);
         lmx_sampler_free(st);
         lmx_sampler_free(sw);
@@ -163,6 +168,7 @@ void test_sampled(lmx_model *m, int rows, const int32_t *ids, int L, int steps, 
     }
     free(whole);
     free(left);
+    free(hist);
 }
 
 float test_max_abs(const float *v, size_t n)

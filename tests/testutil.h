@@ -50,7 +50,8 @@ void test_greedy(lmx_model *m, lmx_context *c, int rows, const int32_t *ids, int
  * lmx_sampler_sample_top, as streams with top-k do) against sampling the
  * whole logits (lmx_context_eval): contexts of `rows`-token chunks given
  * prompt ids[0, L), then `steps` tokens drawn by the same seed with Qwen3's
- * and Gemma3's default settings must be the same tokens, and the logits
+ * and Gemma3's default settings, and with a repetition penalty (top-k, and
+ * greedy), must be the same tokens, and the logits
  * eval_top leaves for an undecided draw (lmx_context_last_logits) the
  * same bits as eval's. */
 void test_sampled(lmx_model *m, int rows, const int32_t *ids, int L, int steps, const char *tag);
