@@ -1150,6 +1150,12 @@ cudaError_t wgmma_init(cuda_backend *b)
     return e;
 }
 
+/* The decode attention instance for tiles of head size HD (64, 128, 256). */
+template <bool STEP> auto dec_kernel(int HD)
+{
+    return HD == 64 ? k_attn_dec<64, STEP> : HD == 128 ? k_attn_dec<128, STEP> : k_attn_dec<256, STEP>;
+}
+
 /* The attention kernels' shared memory beyond the default 48 KB, set once
  * per device (never while a graph is being captured), and how many decode
  * blocks a multiprocessor holds. */
@@ -1177,10 +1183,12 @@ cudaError_t attention_init(cuda_backend *b)
     for (size_t i = 0; i < sizeof ks / sizeof *ks && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(ks[i].k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ks[i].shm);
     for (int i = 0; i < 3 && e == cudaSuccess; i++) { /* the fewer of the two instances */
-        int generic = 0, step = 0;
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&generic, ks[i].k, DEC_WARPS * 32, ks[i].shm);
+        int HD = 64 << i, generic = 0, step = 0;
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&generic, dec_kernel<false>(HD), DEC_WARPS * 32,
+                                                          dec_shm(HD));
         if (e == cudaSuccess)
-            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&step, ks[i + 3].k, DEC_WARPS * 32, ks[i].shm);
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&step, dec_kernel<true>(HD), DEC_WARPS * 32,
+                                                              dec_shm(HD));
         b->dec_blocks[i] = generic < step ? generic : step;
     }
     int sm_shm = 0, reserved = 0;
@@ -1217,9 +1225,7 @@ void attention_decode(cuda_backend *b, lmx_tensor *out, const lmx_tensor *q, con
     int G = lmx_quant_group(out->cols);
     xquant oq = quant_copy(b, out, p->n_rows, G && hd % G == 0); /* for the o GEMV */
     dim3 grid((unsigned)groups, (unsigned)nsplit);
-    auto k = HD == 64 ? k_attn_dec<64, false> : HD == 128 ? k_attn_dec<128, false> : k_attn_dec<256, false>;
-    if (hd == HD && p->n_rows == 1)
-        k = HD == 64 ? k_attn_dec<64, true> : HD == 128 ? k_attn_dec<128, true> : k_attn_dec<256, true>;
+    auto k = hd == HD && p->n_rows == 1 ? dec_kernel<true>(HD) : dec_kernel<false>(HD);
     launch(b, k, grid, DEC_WARPS * 32, dec_shm(HD), f32(out), oq, b->part, f32(q), (const bf16 *)kc->data,
            (const bf16 *)vc->data, kc->rows, p->n_heads, p->n_kv_heads, hd, p->window, p->scale, p->softcap, dpos,
            p->pos0, p->n_rows, fz);

@@ -384,9 +384,9 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     extern __shared__ __align__(16) bf16 dsh[];
     bf16 *Qs = dsh;
     int G = H / KVH, nq = G * n_rows, qtiles = (nq + 15) / 16;
-    auto qrow = [&](int f) { return STEP ? 0 : f / G; }; /* f < nq: query row f / G, head f % G */
-    auto qhead = [&](int f) { return STEP ? f : f % G; };
     int kvh = blockIdx.x / qtiles, f0 = blockIdx.x % qtiles * 16, s = blockIdx.y, nsplit = gridDim.y;
+    auto qrow = [&](int f) { return STEP ? 0 : f / G; }; /* f < nq: query row f / G, head f % G */
+    auto qindex = [&](int f) { return (size_t)qrow(f) * H + kvh * G + (STEP ? f : f % G); }; /* (row, head) */
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
     /* Before the wait, off the path from the q/k/v product: the position
      * (the host wrote dpos before the step's first kernel), RoPE's angles
@@ -448,7 +448,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
 #pragma unroll
     for (int i = 0; i < QR; i++) {
         int r = warp + DEC_WARPS * i, f = min(f0 + r, nq - 1);
-        load_head(x0[i], x1[i], q + ((size_t)qrow(f) * H + kvh * G + qhead(f)) * hd, hd, fz.k && f0 + r < nq);
+        load_head(x0[i], x1[i], q + qindex(f) * hd, hd, fz.k && f0 + r < nq);
     }
     if (c < chunks) {
         if (!fz.k) /* the step's keys are in the cache: read after the wait */
@@ -466,7 +466,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     } else {
         for (int i = threadIdx.x; i < 16 * hd / 4; i += blockDim.x) { /* Q, rows past the group's zero */
             int r = i / (hd / 4), col = i % (hd / 4) * 4, f = min(f0 + r, nq - 1);
-            stage_q4(Qs + r * LD + col, q + ((size_t)qrow(f) * H + kvh * G + qhead(f)) * hd + col, f0 + r < nq);
+            stage_q4(Qs + r * LD + col, q + qindex(f) * hd + col, f0 + r < nq);
         }
     }
     int lo_r[2], hi_r[2];
@@ -534,7 +534,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
                     A[j] += wt * row[d + j];
             }
         }
-        size_t qi = valid ? (size_t)qrow(f) * H + kvh * G + qhead(f) : 0; /* (query row, head) */
+        size_t qi = valid ? qindex(f) : 0;
         if (active == 1) { /* no merge needed */
             float il = 1.0f / L;
             float4 o = make_float4(A[0] * il, A[1] * il, A[2] * il, A[3] * il);

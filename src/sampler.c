@@ -559,7 +559,7 @@ static int32_t top_argmax(const cand *c, size_t n, const lmx_scored *top, int gr
 int32_t lmx_sampler_sample_top(lmx_sampler *s, const lmx_scored *top, int groups, int per,
                                const int32_t *history, size_t n_history) {
     const int greedy = s->p.temperature == 0;
-    const float t = greedy ? 1.0f : s->p.temperature, pen = s->p.repetition_penalty;
+    const float t = s->p.temperature, pen = s->p.repetition_penalty;
     const size_t k = greedy ? 1 : (size_t)s->p.top_k;
     const int penalty = pen != 1.0f && history;
     if (penalty)
