@@ -249,7 +249,16 @@ run_model() {
     model=$1 dir=$MODELS/$1 g=$MODELS/$1
     local t0=$SECONDS
     say "$model: start, $(($(free_bytes) / 1000000000)) GB free"
-    ensure_st && ensure_gguf bf16 || return 1
+    ensure_st || return 1
+    # the BF16 GGUF is as large as the checkpoint: a short disk (other
+    # files under /tmp, say) fails here, saying so, not inside gguf-py
+    local need
+    need=$(($(du -sb "$dir" | cut -f1) + 2000000000))
+    if [ ! -f "$g-bf16.gguf" ] && [ "$(free_bytes)" -lt "$need" ]; then
+        say "$model: disk short for the BF16 GGUF: $(($(free_bytes) / 1000000000)) GB free under $MODELS, $((need / 1000000000)) GB needed"
+        return 1
+    fi
+    ensure_gguf bf16 || return 1
     run_llama bf16 "$g-bf16.gguf"
     run_lmx bf16
     run_hf
