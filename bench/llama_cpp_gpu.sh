@@ -252,8 +252,9 @@ run_model() {
     ensure_st || return 1
     # the BF16 GGUF is as large as the checkpoint: a short disk (other
     # files under /tmp, say) fails here, saying so, not inside gguf-py
-    local need
-    need=$(($(du -sb "$dir" | cut -f1) + 2000000000))
+    local st need
+    st=$(du -sb "$dir" | cut -f1)
+    need=$((st + 2000000000))
     if [ ! -f "$g-bf16.gguf" ] && [ "$(free_bytes)" -lt "$need" ]; then
         say "$model: disk short for the BF16 GGUF: $(($(free_bytes) / 1000000000)) GB free under $MODELS, $((need / 1000000000)) GB needed"
         return 1
@@ -264,8 +265,6 @@ run_model() {
     run_hf
     # Q8_0 + Q4_0 take ~0.8x the checkpoint; when the disk is short, the
     # checkpoint goes meanwhile and is synthesized again (same seed) for lmx
-    local st
-    st=$(du -sb "$dir" | cut -f1)
     if [ "$(free_bytes)" -lt $((st * 85 / 100 + 8000000000)) ]; then
         say "$model: disk short, checkpoint dropped while quantizing"
         rm -rf "$dir"

@@ -533,6 +533,17 @@ int lmx_sampler_top_request(const lmx_sampler *s) {
     return per < LMX_TOPK_MAX ? per : LMX_TOPK_MAX;
 }
 
+/* Whether every full group's last entry (unpenalized; warped at t unless
+ * greedy) is below bar: then nothing a group left out reaches it. */
+static int left_out_below(const lmx_scored *top, int groups, int per, float bar, int greedy, float t) {
+    for (int g = 0; g < groups; g++) {
+        lmx_scored last = top[(size_t)g * per + per - 1];
+        if (last.col >= 0 && !((greedy ? last.score : warped(last.score, t)) < bar))
+            return 0;
+    }
+    return 1;
+}
+
 /* Greedy from the candidates c[0..n) (penalized, not warped): the argmax
  * (lmx_argmax_beats), when it beats every full group's last entry. */
 static int32_t top_argmax(const cand *c, size_t n, const lmx_scored *top, int groups, int per) {
@@ -540,13 +551,8 @@ static int32_t top_argmax(const cand *c, size_t n, const lmx_scored *top, int gr
     for (size_t i = 1; i < n; i++)
         if (lmx_argmax_beats(c[i].s, c[i].id, c[best].s, c[best].id))
             best = i;
-    if (n == 0 || c[best].s != c[best].s)
+    if (n == 0 || c[best].s != c[best].s || !left_out_below(top, groups, per, c[best].s, 1, 0))
         return -1;
-    for (int g = 0; g < groups; g++) {
-        lmx_scored last = top[(size_t)g * per + per - 1];
-        if (last.col >= 0 && !(last.score < c[best].s))
-            return -1;
-    }
     return c[best].id;
 }
 
@@ -588,11 +594,8 @@ int32_t lmx_sampler_sample_top(lmx_sampler *s, const lmx_scored *top, int groups
     for (size_t i = 0; i < n; i++)
         heap_offer(s->e, &size, k, c[i].s);
     const float kth = s->e[0];
-    for (int g = 0; g < groups; g++) {
-        lmx_scored last = top[(size_t)g * per + per - 1];
-        if (last.col >= 0 && !(warped(last.score, t) < kth))
-            return -1;
-    }
+    if (!left_out_below(top, groups, per, kth, 0, t))
+        return -1;
     /* the kept ones in id order, as process() gathers them */
     size_t m = 0;
     for (size_t i = 0; i < n; i++)
