@@ -84,18 +84,10 @@ static void check_prompt(lmx_model *m, const lmx_st_set *r, int k, int chunk, in
     int L = (int)ids_t->shape[0], V = lmx_model_vocab_size(m);
     const int32_t *ids = ids_t->data;
     float *logits = malloc((size_t)L * V * sizeof(float));
-    lmx_error err = {0};
-    lmx_context *c = lmx_context_new_chunked(m, 128, rows, &err);
-    CHECK(c != NULL, "context: %s", err.message);
-    if (!c || !logits) {
+    lmx_context *c = test_eval_prompt(m, ids, L, chunk, rows, logits);
+    if (!c) {
         free(logits);
         return;
-    }
-    int step = chunk ? chunk : L;
-    for (int i = 0; i < L; i += step) {
-        int n = L - i < step ? L - i : step;
-        lmx_status st = lmx_context_eval(c, ids + i, n, logits + (size_t)i * V, 1, &err);
-        CHECK(st == LMX_OK, "eval: %s", err.message);
     }
     char tag[96];
     snprintf(tag, sizeof tag, "%s p%d chunk %d rows %d", name, k, chunk, rows);

@@ -100,6 +100,20 @@ int32_t test_eval_argmax(lmx_context *c, const int32_t *ids, int n)
     return st == LMX_OK ? id : -1;
 }
 
+lmx_context *test_eval_prompt(lmx_model *m, const int32_t *ids, int L, int chunk, int rows, float *logits)
+{
+    lmx_error err = {0};
+    lmx_context *c = logits ? lmx_context_new_chunked(m, 128, rows, &err) : NULL;
+    CHECK(c != NULL, "context: %s", logits ? err.message : "no memory for the logits");
+    int V = lmx_model_vocab_size(m), step = chunk ? chunk : L;
+    for (int i = 0; c && i < L; i += step) {
+        int n = L - i < step ? L - i : step;
+        lmx_status st = lmx_context_eval(c, ids + i, n, logits + (size_t)i * V, 1, &err);
+        CHECK(st == LMX_OK, "eval: %s", err.message);
+    }
+    return c;
+}
+
 void test_greedy(lmx_model *m, lmx_context *c, int rows, const int32_t *ids, int L, float *last, int V,
                  const lmx_st_tensor *g, const float *margin, float (*min_margin)(const float *, int),
                  const char *tag)

@@ -37,6 +37,11 @@ float test_max_abs(const float *v, size_t n);
 /* lmx_context_eval_argmax of ids on c: the id it picks, -1 after a failed
  * (and counted) check. */
 int32_t test_eval_argmax(lmx_context *c, const int32_t *ids, int n);
+/* A context of `rows`-token prefill chunks given prompt ids[0, L) in
+ * calls of `chunk` tokens (0: all at once), every position's logits
+ * (V = vocabulary floats each) into logits: the context, or NULL after a
+ * failed (and counted) check. */
+lmx_context *test_eval_prompt(lmx_model *m, const int32_t *ids, int L, int chunk, int rows, float *logits);
 /* A fixture's greedy continuation (g: reference ids, margin: their top-1
  * margins) of prompt ids[0, L) from context c, which holds the prompt, and
  * last (V floats), its last position's logits, overwritten step by step:
