@@ -60,6 +60,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     lmx_chat_options opt = {(settings >> 1) & 1, (settings >> 2) & 1};
     lmx_chat_prompt out;
+    memset(&out, 0xa5, sizeof out); /* so that "left zeroed" is checked, not assumed */
     lmx_error err;
     lmx_chat_format fmt = settings & 1 ? LMX_CHAT_GEMMA3 : LMX_CHAT_QWEN3;
     if (lmx_chat_render(fmt, msgs, n, &opt, &out, &err) == LMX_OK) {
