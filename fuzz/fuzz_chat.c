@@ -2,10 +2,10 @@
  * Input: one byte of settings (bit 0: Gemma3 rather than Qwen3; bit 1:
  * generation prompt; bit 2: thinking), then role, content, role, ...
  * separated by NUL bytes. A role of one byte from 1 to 8 stands for a
- * known role (so that valid conversations are easy to reach); any other is taken
- * as written. A rendered prompt must satisfy lmx_chat_prompt's contract:
- * NUL-terminated text covered in order by non-empty segments whose
- * neighbours differ in is_content. */
+ * known role (so that valid conversations are easy to reach); any other
+ * is taken as written. A rendered prompt must satisfy lmx_chat_prompt's
+ * contract: NUL-terminated text covered in order by non-empty segments
+ * whose neighbours differ in is_content. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         const char *content = p;
         p += strlen(p) + 1;
-        if (strlen(role) == 1 && (uint8_t)role[0] <= 8)
+        if (role[0] && !role[1] && (uint8_t)role[0] <= 8)
             role = KNOWN_ROLES[(uint8_t)role[0] - 1];
         msgs[n++] = (lmx_message){role, content};
     }
