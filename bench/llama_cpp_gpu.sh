@@ -224,8 +224,8 @@ run_lmx() { # FORMAT
     res=$(./build-gpu/gpu_bench "$dir" $BENCH_ARGS "${q[@]}" 2>&1)
     echo "$res" >>"$log"
     echo "$res" | awk -v m="$model" -v f="$1" '
-        / GB weights, / { for (i = 1; i < NF; i++) {
-            if ($(i + 1) == "GB" && $(i + 2) == "weights,") w = $i
+        / GB weights as stored, / { for (i = 1; i < NF; i++) {
+            if ($(i + 1) == "GB" && $(i + 2) == "weights") w = $i
             if ($i == "in" && $(i + 2) == "s;") ld = $(i + 1)
             if ($i == "bandwidth") bw = $(i + 1) } }
         /^\| [0-9]/ { split($0, c, "|")
