@@ -390,6 +390,15 @@ void *quantize_host(cuda_backend *b, const char *src, lmx_dtype dt, int rows, in
 /* Weights whose prefill products run on the tensor cores from xbf. */
 bool takes_bf16(const lmx_tensor *w) { return w->bits || w->dtype == LMX_DT_BF16; }
 
+/* "out of GPU memory (F of T MiB free)", for the errors of failed allocations. */
+static const char *gpu_room(char *buf, size_t size)
+{
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    snprintf(buf, size, "out of GPU memory (%zu of %zu MiB free)", free_b >> 20, total_b >> 20);
+    return buf;
+}
+
 /* Weight matrices of at least two rows whose rows split into groups are
  * quantized when the backend quantizes (as on the CPU); the rest upload as
  * stored, tables only looked up by rows included. */
@@ -430,9 +439,16 @@ lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice
     if (e != cudaSuccess) {
         cudaFree(w->data);
         free(w);
-        lmx_fail(err, e == cudaErrorMemoryAllocation ? LMX_ERR_NOMEM : LMX_ERR_INTERNAL,
-                 "%s: cannot upload tensor '%s' (%zu bytes) to GPU %d: %s", t->file, t->name, bytes, b->device,
-                 cudaGetErrorString(e));
+        if (e == cudaErrorMemoryAllocation) {
+            char room[64];
+            lmx_fail(err, LMX_ERR_NOMEM,
+                     "%s: cannot upload tensor '%s' (%zu bytes) to GPU %d: %s; the weights do not fit: quantize "
+                     "them (--quant q8 or q4) or run on the CPU (--device cpu)",
+                     t->file, t->name, bytes, b->device, gpu_room(room, sizeof room));
+        } else {
+            lmx_fail(err, LMX_ERR_INTERNAL, "%s: cannot upload tensor '%s' (%zu bytes) to GPU %d: %s", t->file,
+                     t->name, bytes, b->device, cudaGetErrorString(e));
+        }
         return NULL;
     }
     w->float_matrix = s.rows >= 2 && !takes_bf16(w);
@@ -457,8 +473,10 @@ lmx_tensor *alloc_zeroed(lmx_backend *be, int rows, int cols, lmx_dtype dt, cons
         if (t)
             cudaFree(t->data);
         free(t);
+        char room[64];
         lmx_fail(err, e == cudaErrorMemoryAllocation ? LMX_ERR_NOMEM : LMX_ERR_INTERNAL,
-                 "cuda: cannot allocate a %d x %d %s tensor: %s", rows, cols, what, cudaGetErrorString(e));
+                 "cuda: cannot allocate a %d x %d %s tensor: %s", rows, cols, what,
+                 e == cudaErrorMemoryAllocation ? gpu_room(room, sizeof room) : cudaGetErrorString(e));
         return NULL;
     }
     t->rows = rows;
@@ -1542,6 +1560,9 @@ void cuda_step_begin(lmx_backend *be, const void *key, int flags, const int32_t 
     cuda_backend *b = cu(be);
     pthread_mutex_lock(&b->lock);
     cudaSetDevice(b->device); /* per thread: streams may come from many threads */
+    /* A call that failed before this step (an allocation, a graph's
+     * instantiation) reported its error then; launched() must not see it. */
+    cudaGetLastError();
     b->mode = EAGER;
     b->cur = NULL;
     b->sig = 0xcbf29ce484222325ull;
@@ -1753,14 +1774,16 @@ extern "C" lmx_backend *lmx_backend_cuda_new(int device, int quant, lmx_error *e
     if (e == cudaSuccess)
         what = "attention kernels", e = attention_init(b);
     if (e != cudaSuccess) {
-        lmx_fail(err, LMX_ERR_UNSUPPORTED, "lmx_load: device cuda: %s: %s", what, cudaGetErrorString(e));
+        lmx_fail(err, e == cudaErrorMemoryAllocation ? LMX_ERR_NOMEM : LMX_ERR_UNSUPPORTED, "lmx_load: device cuda: %s: %s",
+                 what, cudaGetErrorString(e));
         cuda_destroy(&b->base);
         return NULL;
     }
     cublasStatus_t s = cublasCreate(&b->blas);
     if (s != CUBLAS_STATUS_SUCCESS) {
         b->blas = NULL;
-        lmx_fail(err, LMX_ERR_UNSUPPORTED, "lmx_load: device cuda: cublasCreate: %s", cublasGetStatusString(s));
+        lmx_fail(err, s == CUBLAS_STATUS_ALLOC_FAILED ? LMX_ERR_NOMEM : LMX_ERR_UNSUPPORTED,
+                 "lmx_load: device cuda: cublasCreate: %s", cublasGetStatusString(s));
         cuda_destroy(&b->base);
         return NULL;
     }

@@ -16,6 +16,10 @@
 #include "safetensors.h"
 #include "testutil.h"
 
+#ifdef LMX_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 /* Logits: max |ours - ref| over a row, relative to max(1, max |ref|). */
 #define LOGIT_TOL 3e-2f
 
@@ -955,6 +959,136 @@ static void check_topk(pair *p)
     free(got);
 }
 
+#ifdef LMX_HAVE_CUDA
+/* Out of GPU memory. A hog takes every byte it can get (one block as large
+ * as will go, then halves down to 64 KiB), so lmx's next allocation fails. */
+typedef struct hog {
+    void *p[256];
+    int n;
+} hog;
+
+static size_t gpu_free(void)
+{
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    return free_b;
+}
+
+static void hog_fill(hog *h)
+{
+    h->n = 0;
+    for (size_t size = gpu_free(); size >= (64u << 10) && h->n < 256;) {
+        if (cudaMalloc(&h->p[h->n], size) == cudaSuccess) {
+            h->n++;
+        } else {
+            cudaGetLastError(); /* ours, not lmx's to see */
+            size /= 2;
+        }
+    }
+}
+
+static void hog_free(hog *h)
+{
+    while (h->n)
+        cudaFree(h->p[--h->n]);
+}
+
+/* Prefill of the first QL - 3 ids, then three one-token steps (eager,
+ * recorded, replayed): the last step's logits into `out`. With a hog
+ * given, the GPU is filled before each call; a call that fails must say
+ * why (LMX_ERR_NOMEM) and leave the context as it was, and is retried once
+ * the hog is gone. Returns the number of calls that failed. */
+static int steps_while_full(lmx_context *c, const int32_t *ids, float *out, hog *h)
+{
+    int failed = 0;
+    for (int at = 0; at < QL;) {
+        int n = at ? 1 : QL - 3, len = lmx_context_length(c);
+        lmx_error err = {0};
+        if (h)
+            hog_fill(h);
+        lmx_status st = lmx_context_eval(c, ids + at, n, out, 0, &err);
+        if (h)
+            hog_free(h);
+        if (st != LMX_OK) {
+            failed++;
+            CHECK(h && st == LMX_ERR_NOMEM && err.message[0], "eval at %d: status %d: %s", at, st, err.message);
+            CHECK(lmx_context_length(c) == len, "a failed eval moved the context from %d to %d", len,
+                  lmx_context_length(c));
+            printf("cuda out of memory: eval of %d at %d: %s\n", n, at, err.message);
+            if (!h || failed > 8)
+                return failed;
+            st = lmx_context_eval(c, ids + at, n, out, 0, &err);
+            CHECK(st == LMX_OK, "eval at %d after the memory came back: %s", at, err.message);
+        }
+        at += n;
+    }
+    return failed;
+}
+
+/* With the GPU full: loading a model and making a context fail with
+ * LMX_ERR_NOMEM and an error naming the allocation; steps of a context
+ * fail the same way or succeed, and once the memory is back the context
+ * computes what a context never short of memory does. Everything is given
+ * back: the free memory after is no less than before. */
+static void check_out_of_memory(void)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/qwen3-tiny", LMX_TEST_DATA);
+    lmx_load_options o = lmx_load_defaults();
+    o.device = LMX_DEVICE_CUDA;
+    lmx_error err = {0};
+    int32_t ids[QL];
+    for (int i = 0; i < QL; i++)
+        ids[i] = (int32_t)((i * 7919u + 17u) % 151936u);
+    /* the reference; it also makes the driver's one-time allocations */
+    lmx_model *m = lmx_load(dir, &o, &err);
+    CHECK(m != NULL, "load %s: %s", dir, err.message);
+    if (!m)
+        return;
+    int V = lmx_model_vocab_size(m);
+    float *want = malloc((size_t)V * sizeof *want), *got = malloc((size_t)V * sizeof *got);
+    lmx_context *c = lmx_context_new(m, 64, &err);
+    CHECK(c && steps_while_full(c, ids, want, NULL) == 0, "reference steps: %s", err.message);
+    lmx_context_free(c);
+    lmx_close(m);
+    size_t free0 = gpu_free();
+
+    hog h;
+    hog_fill(&h);
+    m = lmx_load(dir, &o, &err);
+    hog_free(&h);
+    CHECK(!m && err.code == LMX_ERR_NOMEM, "load with the GPU full: %s", m ? "loaded" : err.message);
+    printf("cuda out of memory: load: %s\n", err.message);
+    lmx_close(m);
+    CHECK(gpu_free() >= free0, "a failed load kept %lld bytes", (long long)free0 - (long long)gpu_free());
+
+    m = lmx_load(dir, &o, &err);
+    CHECK(m != NULL, "load %s: %s", dir, err.message);
+    hog_fill(&h);
+    c = lmx_context_new(m, 64, &err);
+    hog_free(&h);
+    CHECK(!c && err.code == LMX_ERR_NOMEM, "context with the GPU full: %s", c ? "made" : err.message);
+    printf("cuda out of memory: context: %s\n", err.message);
+    lmx_context_free(c);
+    c = lmx_context_new(m, 64, &err);
+    CHECK(c != NULL, "context: %s", err.message);
+    if (c && want && got) {
+        int failed = steps_while_full(c, ids, got, &h);
+        float e = 0;
+        for (int i = 0; i < V; i++)
+            e = fmaxf(e, fabsf(got[i] - want[i]));
+        e /= fmaxf(1.0f, test_max_abs(want, (size_t)V));
+        printf("cuda out of memory: %d of 4 evals failed; logits after against the reference: %.2e\n", failed, e);
+        CHECK(e <= 1e-5f, "logits after running out of memory: relative error %g", e);
+    }
+    lmx_context_free(c);
+    lmx_close(m);
+    CHECK(gpu_free() >= free0, "running out of memory kept %lld bytes", (long long)free0 - (long long)gpu_free());
+    free(want);
+    free(got);
+}
+#endif
+
 int main(void)
 {
     if (!lmx_backend_cuda_available()) {
@@ -1011,5 +1145,8 @@ int main(void)
     check_fixture("gemma3-small");
     check_fixture("qwen3-tiny");
     check_fixture("gemma3-tiny");
+#ifdef LMX_HAVE_CUDA
+    check_out_of_memory();
+#endif
     return test_finish();
 }
