@@ -439,16 +439,13 @@ lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice
     if (e != cudaSuccess) {
         cudaFree(w->data);
         free(w);
-        if (e == cudaErrorMemoryAllocation) {
-            char room[64];
-            lmx_fail(err, LMX_ERR_NOMEM,
-                     "%s: cannot upload tensor '%s' (%zu bytes) to GPU %d: %s; the weights do not fit: quantize "
-                     "them (--quant q8 or q4) or run on the CPU (--device cpu)",
-                     t->file, t->name, bytes, b->device, gpu_room(room, sizeof room));
-        } else {
-            lmx_fail(err, LMX_ERR_INTERNAL, "%s: cannot upload tensor '%s' (%zu bytes) to GPU %d: %s", t->file,
-                     t->name, bytes, b->device, cudaGetErrorString(e));
-        }
+        char room[64];
+        bool full = e == cudaErrorMemoryAllocation;
+        lmx_fail(err, full ? LMX_ERR_NOMEM : LMX_ERR_INTERNAL,
+                 "%s: cannot upload tensor '%s' (%zu bytes) to GPU %d: %s%s", t->file, t->name, bytes, b->device,
+                 full ? gpu_room(room, sizeof room) : cudaGetErrorString(e),
+                 full ? "; the weights do not fit: quantize them (--quant q8 or q4) or run on the CPU (--device cpu)"
+                      : "");
         return NULL;
     }
     w->float_matrix = s.rows >= 2 && !takes_bf16(w);
@@ -1774,8 +1771,10 @@ extern "C" lmx_backend *lmx_backend_cuda_new(int device, int quant, lmx_error *e
     if (e == cudaSuccess)
         what = "attention kernels", e = attention_init(b);
     if (e != cudaSuccess) {
-        lmx_fail(err, e == cudaErrorMemoryAllocation ? LMX_ERR_NOMEM : LMX_ERR_UNSUPPORTED, "lmx_load: device cuda: %s: %s",
-                 what, cudaGetErrorString(e));
+        char room[64];
+        bool full = e == cudaErrorMemoryAllocation;
+        lmx_fail(err, full ? LMX_ERR_NOMEM : LMX_ERR_UNSUPPORTED, "lmx_load: device cuda: %s: %s", what,
+                 full ? gpu_room(room, sizeof room) : cudaGetErrorString(e));
         cuda_destroy(&b->base);
         return NULL;
     }
