@@ -390,9 +390,11 @@ void *quantize_host(cuda_backend *b, const char *src, lmx_dtype dt, int rows, in
 /* Weights whose prefill products run on the tensor cores from xbf. */
 bool takes_bf16(const lmx_tensor *w) { return w->bits || w->dtype == LMX_DT_BF16; }
 
-/* "out of GPU memory (F of T MiB free)", for the errors of failed allocations. */
-static const char *gpu_room(char *buf, size_t size)
+/* CUDA's text for e; out of memory also says how much the GPU has free. */
+static const char *error_text(cudaError_t e, char *buf, size_t size)
 {
+    if (e != cudaErrorMemoryAllocation)
+        return cudaGetErrorString(e);
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
     snprintf(buf, size, "out of GPU memory (%zu of %zu MiB free)", free_b >> 20, total_b >> 20);
@@ -439,11 +441,11 @@ lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice
     if (e != cudaSuccess) {
         cudaFree(w->data);
         free(w);
-        char room[64];
+        char why[64];
         bool full = e == cudaErrorMemoryAllocation;
         lmx_fail(err, full ? LMX_ERR_NOMEM : LMX_ERR_INTERNAL,
                  "%s: cannot upload tensor '%s' (%zu bytes) to GPU %d: %s%s", t->file, t->name, bytes, b->device,
-                 full ? gpu_room(room, sizeof room) : cudaGetErrorString(e),
+                 error_text(e, why, sizeof why),
                  full ? "; the weights do not fit: quantize them (--quant q8 or q4) or run on the CPU (--device cpu)"
                       : "");
         return NULL;
@@ -470,10 +472,9 @@ lmx_tensor *alloc_zeroed(lmx_backend *be, int rows, int cols, lmx_dtype dt, cons
         if (t)
             cudaFree(t->data);
         free(t);
-        char room[64];
+        char why[64];
         lmx_fail(err, e == cudaErrorMemoryAllocation ? LMX_ERR_NOMEM : LMX_ERR_INTERNAL,
-                 "cuda: cannot allocate a %d x %d %s tensor: %s", rows, cols, what,
-                 e == cudaErrorMemoryAllocation ? gpu_room(room, sizeof room) : cudaGetErrorString(e));
+                 "cuda: cannot allocate a %d x %d %s tensor: %s", rows, cols, what, error_text(e, why, sizeof why));
         return NULL;
     }
     t->rows = rows;
@@ -1771,10 +1772,9 @@ extern "C" lmx_backend *lmx_backend_cuda_new(int device, int quant, lmx_error *e
     if (e == cudaSuccess)
         what = "attention kernels", e = attention_init(b);
     if (e != cudaSuccess) {
-        char room[64];
-        bool full = e == cudaErrorMemoryAllocation;
-        lmx_fail(err, full ? LMX_ERR_NOMEM : LMX_ERR_UNSUPPORTED, "lmx_load: device cuda: %s: %s", what,
-                 full ? gpu_room(room, sizeof room) : cudaGetErrorString(e));
+        char why[64];
+        lmx_fail(err, e == cudaErrorMemoryAllocation ? LMX_ERR_NOMEM : LMX_ERR_UNSUPPORTED,
+                 "lmx_load: device cuda: %s: %s", what, error_text(e, why, sizeof why));
         cuda_destroy(&b->base);
         return NULL;
     }
