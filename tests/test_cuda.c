@@ -809,12 +809,6 @@ static void check_fixture(const char *name)
 /* Logits at L positions of a fixed prompt: whole (prefill) or token by
  * token (decode, graph replay). */
 enum { QL = 20 };
-static void fixed_prompt(int32_t ids[QL], int V)
-{
-    for (int i = 0; i < QL; i++)
-        ids[i] = (int32_t)((i * 7919u + 17u) % (unsigned)V);
-}
-
 static float *quant_logits(const char *dir, int device, int bits, int one, int *V)
 {
     lmx_load_options o = lmx_load_defaults();
@@ -827,7 +821,7 @@ static float *quant_logits(const char *dir, int device, int bits, int one, int *
         return NULL;
     *V = lmx_model_vocab_size(m);
     int32_t ids[QL];
-    fixed_prompt(ids, *V);
+    test_fixed_ids(ids, QL, *V);
     float *lg = malloc((size_t)QL * *V * sizeof(float));
     lmx_context *c = lmx_context_new(m, 64, &err);
     CHECK(c && lg, "context: %s", err.message);
@@ -1049,7 +1043,7 @@ static void check_out_of_memory(void)
         return;
     int V = lmx_model_vocab_size(m);
     int32_t ids[QL];
-    fixed_prompt(ids, V);
+    test_fixed_ids(ids, QL, V);
     float *want = malloc((size_t)V * sizeof *want), *got = malloc((size_t)V * sizeof *got);
     lmx_context *c = lmx_context_new(m, 64, &err);
     CHECK(c && steps_while_full(c, ids, want, NULL) == 0, "reference steps: %s", err.message);

@@ -382,8 +382,7 @@ static void check_decode_split(const char *name, int kv_f16)
         return;
     int V = lmx_model_vocab_size(m);
     int32_t ids[N];
-    for (int i = 0; i < N; i++)
-        ids[i] = (int32_t)((i * 7919u + 17u) % (unsigned)V);
+    test_fixed_ids(ids, N, V);
     float *pre = malloc((size_t)N * V * sizeof *pre), *dec = malloc((size_t)V * sizeof *dec);
     lmx_context *a = lmx_context_new(m, N, &err), *b = lmx_context_new(m, N, &err);
     CHECK(pre && dec && a && b && lmx_context_eval(a, ids, N, pre, 1, &err) == LMX_OK, "prefill: %s", err.message);

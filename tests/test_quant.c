@@ -85,8 +85,7 @@ static float *run(const char *dir, int quant, int bf16_x, int one_by_one, int *V
         return NULL;
     *V = lmx_model_vocab_size(m);
     int32_t ids[L];
-    for (int i = 0; i < L; i++)
-        ids[i] = (int32_t)((i * 7919u + 17u) % (unsigned)*V);
+    test_fixed_ids(ids, L, *V);
     float *logits = malloc((size_t)L * *V * sizeof(float));
     lmx_context *c = lmx_context_new(m, 64, &err);
     for (int i = 0; i < (one_by_one ? L : 1); i++) {

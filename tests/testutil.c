@@ -185,6 +185,12 @@ void test_sampled(lmx_model *m, int rows, const int32_t *ids, int L, int steps, 
     free(hist);
 }
 
+void test_fixed_ids(int32_t *ids, int n, int V)
+{
+    for (int i = 0; i < n; i++)
+        ids[i] = (int32_t)((i * 7919u + 17u) % (unsigned)V);
+}
+
 float test_max_abs(const float *v, size_t n)
 {
     float m = 0;

@@ -34,6 +34,8 @@ const lmx_st_tensor *test_ref(const lmx_st_set *refs, int k, const char *what);
 /* Index of the largest of v[0..n) (the first on ties). */
 int test_argmax(const float *v, int n);
 float test_max_abs(const float *v, size_t n);
+/* n token ids spread over a vocabulary of V, the same in every run. */
+void test_fixed_ids(int32_t *ids, int n, int V);
 /* lmx_context_eval_argmax of ids on c: the id it picks, -1 after a failed
  * (and counted) check. */
 int32_t test_eval_argmax(lmx_context *c, const int32_t *ids, int n);
