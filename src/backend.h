@@ -129,6 +129,13 @@ typedef struct lmx_backend_ops {
      * precision the backend keeps its cache in; only qk_prepare writes it
      * and attention reads it. */
     lmx_tensor *(*alloc_cache)(lmx_backend *be, int rows, int cols, lmx_error *err);
+    /* Optional (NULL: loading checks nothing first): the bytes of its own
+     * memory weight() would take for t (or its slice s), not counting what
+     * it reads in place from the mapping; and whether a rank's weights of
+     * `bytes` in all fit, LMX_ERR_NOMEM with what to do if they do not, so
+     * that loading fails before it copies any. */
+    size_t (*weight_bytes)(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice *s, int lookup);
+    lmx_status (*check_room)(lmx_backend *be, size_t bytes, lmx_error *err);
 } lmx_backend_ops;
 
 struct lmx_backend {

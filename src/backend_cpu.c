@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -33,6 +34,7 @@ typedef struct cpu_group {
     pthread_mutex_t lock;
     pthread_barrier_t barrier;
     float **parts; /* each rank's tensor in the all-reduce under way */
+    size_t weight_bytes; /* the ranks' weights so far (cpu_check_room) */
 } cpu_group;
 
 typedef struct cpu_backend {
@@ -86,15 +88,14 @@ static void cpu_free(lmx_backend *be, lmx_tensor *t)
     free(t);
 }
 
-/* Replaces w->w by a quantized copy. */
+/* Replaces w->w (at least two rows, whose length has a group) by a
+ * quantized copy. */
 static int quantize(cpu_backend *b, lmx_tensor *w)
 {
     int K = w->cols, G = lmx_quant_group(K), bits = b->quant;
-    if (!G || w->rows < 2)
-        return 0; /* stays as stored */
     size_t qbytes = (size_t)w->rows * lmx_quant_row_bytes(K, bits);
     size_t ng = (size_t)w->rows * (size_t)(K / G);
-    uint8_t *buf = w->qbuf = malloc(qbytes + 2 * ng * sizeof(uint16_t));
+    uint8_t *buf = w->qbuf = malloc(lmx_quant_matrix_bytes(w->rows, K, bits, G));
     if (!buf)
         return -1;
     lmx_cpu_weight q = {bits == 8 ? LMX_WK_Q8 : LMX_WK_Q4, w->rows, K, buf,
@@ -158,28 +159,39 @@ static void drop_pages(const void *p, size_t bytes)
  * read 10-25% more of the machine's bandwidth than from the page cache's
  * 4 KB pages (docs/cpu.md). Vectors (norm weights) and tables only looked
  * up by rows (an untied embedding table) stay views. */
+typedef enum { KEPT_IN_PLACE, KEPT_COPIED, KEPT_QUANTIZED } kept_as;
+
+/* How load_matrix keeps the slice s of t (whose rows hold cols elements):
+ * a slice of columns is always copied. */
+static kept_as kept_of(const cpu_backend *b, const lmx_st_tensor *t, const lmx_slice *s, int cols, int lookup)
+{
+    if (b->quant && t->ndim >= 2 && s->rows >= 2 && lmx_quant_group(s->cols))
+        return KEPT_QUANTIZED;
+    int whole_rows = s->col0 == 0 && s->cols == cols;
+    return !whole_rows || (t->ndim >= 2 && b->huge_pages && !lookup) ? KEPT_COPIED : KEPT_IN_PLACE;
+}
+
 static int load_matrix(cpu_backend *b, lmx_tensor *w, const lmx_st_tensor *t, const lmx_slice *s, int cols,
                        int lookup)
 {
     const char *view = (const char *)t->data + (size_t)s->row0 * cols * lmx_dtype_size(t->dtype);
     size_t view_bytes = (size_t)s->rows * cols * lmx_dtype_size(t->dtype);
     int whole_rows = s->col0 == 0 && s->cols == cols;
+    kept_as kept = kept_of(b, t, s, cols, lookup);
     if (whole_rows)
         w->data = (void *)(w->w.data = view);
     else if (copy_slice(b, w, t, s, cols))
         return -1;
-    if (b->quant && t->ndim >= 2) {
+    if (kept == KEPT_QUANTIZED) {
         if (quantize(b, w))
             return -1;
-        if (w->qbuf) { /* quantized */
-            lmx_bigbuf_free(&w->buf); /* the float source is read no more (embed decodes w->w) */
-            w->data = NULL;
-            if (whole_rows)
-                drop_pages(view, view_bytes);
-            return 0;
-        }
+        lmx_bigbuf_free(&w->buf); /* the float source is read no more (embed decodes w->w) */
+        w->data = NULL;
+        if (whole_rows)
+            drop_pages(view, view_bytes);
+        return 0;
     }
-    if (whole_rows && t->ndim >= 2 && b->huge_pages && !lookup) {
+    if (whole_rows && kept == KEPT_COPIED) {
         if (copy_slice(b, w, t, s, cols))
             return -1;
         drop_pages(view, view_bytes);
@@ -214,6 +226,55 @@ static lmx_tensor *cpu_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx
         return NULL;
     }
     return w;
+}
+
+static size_t cpu_weight_bytes(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice *slice, int lookup)
+{
+    int rows, cols;
+    lmx_slice s;
+    if (lmx_backend_weight_view(t, &rows, &cols, NULL) || lmx_backend_slice(t, slice, &s, NULL))
+        return 0; /* cpu_weight says what is wrong */
+    const cpu_backend *b = cpu(be);
+    switch (kept_of(b, t, &s, cols, lookup)) {
+    case KEPT_QUANTIZED: return lmx_quant_matrix_bytes(s.rows, s.cols, b->quant, lmx_quant_group(s.cols));
+    case KEPT_COPIED: return (size_t)s.rows * (size_t)s.cols * lmx_dtype_size(t->dtype);
+    default: return 0;
+    }
+}
+
+/* The kernel's estimate of the memory it can give without swapping; 0:
+ * unknown. */
+static size_t mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[128];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f) && sscanf(line, "MemAvailable: %llu kB", &kb) != 1)
+        ;
+    if (f)
+        fclose(f);
+    return (size_t)kb * 1024;
+}
+
+/* The ranks of a group share the machine's memory: each adds its bytes. */
+static lmx_status cpu_check_room(lmx_backend *be, size_t bytes, lmx_error *err)
+{
+    cpu_backend *b = cpu(be);
+    if (b->group) {
+        pthread_mutex_lock(&b->group->lock);
+        bytes = b->group->weight_bytes += bytes;
+        pthread_mutex_unlock(&b->group->lock);
+    }
+    size_t avail = mem_available();
+    if (!avail || bytes <= avail)
+        return LMX_OK;
+    const char *hint = b->quant == 4   ? "this machine has too little memory for this model"
+                       : b->quant == 8 ? "quantize them to 4 bits (--quant q4)"
+                                       : "quantize them (--quant q8 or q4) or read them in place from the "
+                                         "checkpoint (--mmap)";
+    return lmx_fail(err, LMX_ERR_NOMEM, "the weights take %.1f GB of memory once %s, and %.1f GB is available: %s",
+                    (double)bytes / 1e9, b->quant ? "quantized" : "copied into huge pages",
+                    (double)avail / 1e9, hint);
 }
 
 /* slack: zeroed elements allocated past the last row */
@@ -520,6 +581,8 @@ static const lmx_backend_ops cpu_ops = {
     .read_topk = cpu_read_topk,
     .all_reduce = cpu_all_reduce,
     .alloc_cache = cpu_alloc_cache,
+    .weight_bytes = cpu_weight_bytes,
+    .check_room = cpu_check_room,
 };
 
 lmx_backend *lmx_backend_cpu_new(const lmx_load_options *o, lmx_error *err)
@@ -597,7 +660,7 @@ size_t lmx_backend_cpu_bytes(const lmx_tensor *t)
     switch (w->kind) {
     case LMX_WK_Q8:
     case LMX_WK_Q4:
-        return n * (w->kind == LMX_WK_Q8 ? 8 : 4) / 8 + 2 * (n / (size_t)w->group) * sizeof(uint16_t);
+        return lmx_quant_matrix_bytes(w->rows, w->cols, w->kind == LMX_WK_Q8 ? 8 : 4, w->group);
     case LMX_WK_F32: return n * 4;
     default: return n * 2;
     }

@@ -342,14 +342,12 @@ void quant_task(void *ctx, int task, int)
  * (scale, bias) pair (docs/quantization.md's scales and biases, paired
  * so that a GEMV loads both at once). The CPU backend's quantizer, on the
  * backend's host threads, so that both backends hold the same values. */
-void *quantize_host(cuda_backend *b, const char *src, lmx_dtype dt, int rows, int cols, int ld, int group,
-                    size_t *bytes)
+void *quantize_host(cuda_backend *b, const char *src, lmx_dtype dt, int rows, int cols, int ld, int group)
 {
     size_t es = lmx_dtype_size(dt), qbytes = (size_t)rows * lmx_quant_row_bytes(cols, b->quant);
     size_t ng = (size_t)rows * (size_t)(cols / group);
-    *bytes = qbytes + 2 * ng * sizeof(uint16_t);
     char *dense = ld == cols ? (char *)src : (char *)malloc((size_t)rows * cols * es); /* a column slice */
-    char *q = (char *)malloc(*bytes);
+    char *q = (char *)malloc(lmx_quant_matrix_bytes(rows, cols, b->quant, group));
     if (!b->pool) {
         b->pool = lmx_pool_new(0);
         lmx_cpu_path path;
@@ -401,9 +399,48 @@ static const char *error_text(cudaError_t e, char *buf, size_t size)
     return buf;
 }
 
+/* What to do when the weights do not fit the GPU. */
+const char *fit_hint(const cuda_backend *b)
+{
+    return b->quant == 4   ? "run on the CPU (--device cpu)"
+           : b->quant == 8 ? "quantize them to 4 bits (--quant q4) or run on the CPU (--device cpu)"
+                           : "quantize them (--quant q8 or q4) or run on the CPU (--device cpu)";
+}
+
 /* Weight matrices of at least two rows whose rows split into groups are
  * quantized when the backend quantizes (as on the CPU); the rest upload as
- * stored, tables only looked up by rows included. */
+ * stored, tables only looked up by rows included. The group (0: as
+ * stored) and the bytes on the device of the slice s of t. */
+size_t device_bytes(const cuda_backend *b, const lmx_st_tensor *t, const lmx_slice &s, int *group)
+{
+    *group = b->quant && t->ndim >= 2 && s.rows >= 2 ? lmx_quant_group(s.cols) : 0;
+    return *group ? lmx_quant_matrix_bytes(s.rows, s.cols, b->quant, *group)
+                  : (size_t)s.rows * (size_t)s.cols * lmx_dtype_size(t->dtype);
+}
+
+size_t cuda_weight_bytes(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice *slice, int /* lookup */)
+{
+    int rows, cols, group;
+    lmx_slice s;
+    if (lmx_backend_weight_view(t, &rows, &cols, NULL) || lmx_backend_slice(t, slice, &s, NULL))
+        return 0; /* cuda_weight says what is wrong */
+    return device_bytes(cu(be), t, s, &group);
+}
+
+lmx_status cuda_check_room(lmx_backend *be, size_t bytes, lmx_error *err)
+{
+    cuda_backend *b = cu(be);
+    size_t free_b = 0, total_b = 0;
+    if (cudaSetDevice(b->device) != cudaSuccess || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        cudaGetLastError(); /* unknown: the upload finds out */
+        return LMX_OK;
+    }
+    if (bytes <= free_b)
+        return LMX_OK;
+    return lmx_fail(err, LMX_ERR_NOMEM, "the weights take %.1f GB on GPU %d, which has %.1f of %.1f GB free: %s",
+                    (double)bytes / 1e9, b->device, (double)free_b / 1e9, (double)total_b / 1e9, fit_hint(b));
+}
+
 lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice *slice, int /* lookup */,
                         lmx_error *err)
 {
@@ -418,10 +455,10 @@ lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice
         return NULL;
     }
     *w = lmx_tensor{s.rows, s.cols, t->dtype, NULL, 0, 0, NULL, false, 0, false};
-    size_t es = lmx_dtype_size(t->dtype), row = (size_t)s.cols * es, bytes = row * (size_t)s.rows;
+    int group;
+    size_t es = lmx_dtype_size(t->dtype), row = (size_t)s.cols * es, bytes = device_bytes(b, t, s, &group);
     const char *src = (const char *)t->data + ((size_t)s.row0 * cols + s.col0) * es;
-    int group = b->quant && t->ndim >= 2 && s.rows >= 2 ? lmx_quant_group(s.cols) : 0;
-    void *q = group ? quantize_host(b, src, t->dtype, s.rows, s.cols, cols, group, &bytes) : NULL;
+    void *q = group ? quantize_host(b, src, t->dtype, s.rows, s.cols, cols, group) : NULL;
     cudaError_t e = group && !q ? cudaErrorMemoryAllocation : cudaSetDevice(b->device);
     if (e == cudaSuccess)
         e = cudaMalloc(&w->data, bytes ? bytes : 1);
@@ -444,10 +481,9 @@ lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice
         char why[64];
         bool full = e == cudaErrorMemoryAllocation;
         lmx_fail(err, full ? LMX_ERR_NOMEM : LMX_ERR_INTERNAL,
-                 "%s: cannot upload tensor '%s' (%zu bytes) to GPU %d: %s%s", t->file, t->name, bytes, b->device,
-                 error_text(e, why, sizeof why),
-                 full ? "; the weights do not fit: quantize them (--quant q8 or q4) or run on the CPU (--device cpu)"
-                      : "");
+                 "%s: cannot upload tensor '%s' (%zu bytes) to GPU %d: %s%s%s", t->file, t->name, bytes,
+                 b->device, error_text(e, why, sizeof why), full ? "; the weights do not fit: " : "",
+                 full ? fit_hint(b) : "");
         return NULL;
     }
     w->float_matrix = s.rows >= 2 && !takes_bf16(w);
@@ -1681,6 +1717,8 @@ const lmx_backend_ops cuda_ops = {
      * in chunks of 512, 19.2k in one; its activations then take ~0.8 GB) */
     MAX_IDS,
     cuda_alloc_cache,
+    cuda_weight_bytes,
+    cuda_check_room,
 };
 
 } // namespace
@@ -1692,8 +1730,7 @@ extern "C" size_t lmx_backend_cuda_bytes(const lmx_tensor *t)
     if (!t)
         return 0;
     if (t->bits)
-        return (size_t)t->rows *
-               (lmx_quant_row_bytes(t->cols, t->bits) + (size_t)(t->cols / t->group) * sizeof(__half2));
+        return lmx_quant_matrix_bytes(t->rows, t->cols, t->bits, t->group);
     return (size_t)t->rows * (size_t)t->cols * lmx_dtype_size(t->dtype);
 }
 

@@ -1,6 +1,7 @@
 #include "model.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,7 @@ typedef struct binder {
     const char *prefix;
     lmx_error *err;
     int lookup; /* its tensors are only looked up by rows (lmx_backend_ops.weight) */
+    size_t *measure; /* non-NULL: a dry run that adds up the bytes the tensors would take */
 } binder;
 
 static void format_shape(char *buf, size_t size, const int64_t *shape, int ndim)
@@ -71,7 +73,13 @@ static lmx_tensor *bind(binder *b, const char *name, int64_t rows, int64_t cols,
         return NULL;
     }
     lmx_backend *be = b->rank->be;
-    lmx_tensor *w = be->ops->weight(be, t, b->m->n_ranks > 1 ? s : NULL, b->lookup, b->err);
+    const lmx_slice *part = b->m->n_ranks > 1 ? s : NULL;
+    if (b->measure) { /* what comes back is a placeholder that nothing reads */
+        static max_align_t placeholder;
+        *b->measure += be->ops->weight_bytes(be, t, part, b->lookup);
+        return (lmx_tensor *)&placeholder;
+    }
+    lmx_tensor *w = be->ops->weight(be, t, part, b->lookup, b->err);
     if (w && b->rank == b->m->ranks) { /* the checkpoint's bytes, counted once */
         b->m->weight_bytes += t->nbytes;
         b->m->n_params += t->nbytes / lmx_dtype_size(t->dtype);
@@ -116,10 +124,10 @@ static lmx_status bind_layer(binder *b, int i, const family_names *fn, lmx_layer
     return LMX_OK;
 }
 
-static lmx_status bind_weights(lmx_model *m, lmx_rank *rk, lmx_error *err)
+static lmx_status bind_weights(lmx_model *m, lmx_rank *rk, size_t *measure, lmx_error *err)
 {
     const lmx_config *c = &m->cfg;
-    binder b = {m, rk, NULL, err, 0};
+    binder b = {m, rk, NULL, err, 0, measure};
     lmx_slice vocab_rows = {rk->plan.vocab0, rk->plan.vocab, 0, c->hidden_size};
     char name[128];
     for (size_t i = 0; i < sizeof text_prefixes / sizeof *text_prefixes && !b.prefix; i++) {
@@ -150,7 +158,7 @@ static lmx_status bind_weights(lmx_model *m, lmx_rank *rk, lmx_error *err)
         rk->lm_head = rk->embed;
         return LMX_OK;
     }
-    binder top = {m, rk, "", err, 0};
+    binder top = {m, rk, "", err, 0, measure};
     for (size_t i = 0; i < sizeof head_names / sizeof *head_names; i++)
         if (lmx_st_find(m->st, head_names[i]))
             return (rk->lm_head = bind(&top, head_names[i], c->vocab_size, c->hidden_size, &vocab_rows,
@@ -159,6 +167,22 @@ static lmx_status bind_weights(lmx_model *m, lmx_rank *rk, lmx_error *err)
                        : (err ? err->code : LMX_ERR_FORMAT);
     return lmx_fail(err, LMX_ERR_FORMAT,
                     "checkpoint: tensor 'lm_head.weight' is missing (tie_word_embeddings is false)");
+}
+
+/* Whether rank rk's weights fit the memory its backend keeps them in
+ * (check_room), from a dry run of binding them that checks their names
+ * and shapes as loading does: a model too large fails before any copy. */
+static lmx_status check_room(lmx_model *m, lmx_rank *rk, lmx_error *err)
+{
+    const lmx_backend_ops *ops = rk->be->ops;
+    if (!ops->weight_bytes || !ops->check_room)
+        return LMX_OK;
+    size_t bytes = 0;
+    lmx_rank probe = *rk;
+    probe.layers = NULL;
+    lmx_status st = bind_weights(m, &probe, &bytes, err);
+    free(probe.layers);
+    return st ? st : ops->check_room(rk->be, bytes, err);
 }
 
 static void free_weights(const lmx_model *m, lmx_rank *rk)
@@ -246,7 +270,10 @@ static lmx_status load_ranks(lmx_model *m, int n_ranks, lmx_error *err)
         m->ranks[r].be = bes[r];
     m->be = bes[0];
     for (int r = 0; r < n_ranks; r++)
-        if ((st = bind_weights(m, &m->ranks[r], err)))
+        if ((st = check_room(m, &m->ranks[r], err)))
+            return st;
+    for (int r = 0; r < n_ranks; r++)
+        if ((st = bind_weights(m, &m->ranks[r], NULL, err)))
             return st;
     if (n_ranks > 1 && !(m->crew = lmx_pool_new(n_ranks)))
         return lmx_fail(err, LMX_ERR_NOMEM, "cannot start %d rank threads", n_ranks);

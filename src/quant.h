@@ -14,6 +14,9 @@
 int lmx_quant_group(int cols);
 /* Bytes of the packed values of one row. */
 size_t lmx_quant_row_bytes(int cols, int bits);
+/* Bytes of a quantized [rows, cols] matrix with groups of `group`: the
+ * packed values, then a float16 scale and bias a group. */
+size_t lmx_quant_matrix_bytes(int rows, int cols, int bits, int group);
 /* Quantizes rows [r0, r1) of src (f32, f16 or bf16) into dst, whose data,
  * scales and biases point at whole-matrix buffers (rows x row_bytes, and
  * rows x cols / group float16 each). Scale and bias are rounded to float16

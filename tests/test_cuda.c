@@ -1029,6 +1029,27 @@ static int steps_while_full(lmx_context *c, const int32_t *ids, float *out, hog 
  * fail the same way or succeed, and once the memory is back the context
  * computes what a context never short of memory does. Everything is given
  * back: the free memory after is no less than before. */
+/* Weights larger than the GPU's memory (a sparse checkpoint): loading
+ * fails before it uploads any, saying what they take and what to do. */
+static void check_too_large(void)
+{
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/too-large", test_tmpdir());
+    size_t bytes = test_write_sparse_model(dir, total_b * 3 / 2);
+    CHECK(bytes > total_b, "sparse checkpoint in %s: %zu bytes", dir, bytes);
+    lmx_load_options o = lmx_load_defaults();
+    o.device = LMX_DEVICE_CUDA;
+    lmx_error err = {0};
+    lmx_model *m = lmx_load(dir, &o, &err);
+    CHECK(!m && err.code == LMX_ERR_NOMEM && strstr(err.message, "GB on GPU 0") && strstr(err.message, "--quant"),
+          "%zu bytes of weights on the GPU: %s", bytes, m ? "loaded" : err.message);
+    printf("cuda too large: %s\n", err.message);
+    lmx_close(m);
+    CHECK(gpu_free() >= free_b, "a refused load kept %lld bytes", (long long)free_b - (long long)gpu_free());
+}
+
 static void check_out_of_memory(void)
 {
     char dir[512];
@@ -1146,6 +1167,7 @@ int main(void)
     check_fixture("gemma3-tiny");
 #ifdef LMX_HAVE_CUDA
     check_out_of_memory();
+    check_too_large();
 #endif
     return test_finish();
 }

@@ -230,11 +230,40 @@ static void cli_errors(void)
     free(out);
 }
 
+/* Weights larger than this machine's memory: loading fails before it
+ * copies any, saying what they take and what to do; read in place from
+ * the checkpoint (--mmap) they load. The model (a sparse file) is sized
+ * so that even its q8 copy takes more than the physical memory. */
+static void too_large(void)
+{
+    size_t phys = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
+    char *dir = dir_for("too-large");
+    size_t bytes = test_write_sparse_model(dir, 2 * phys);
+    CHECK(bytes > 2 * phys, "sparse checkpoint in %s: %zu bytes", dir, bytes);
+    lmx_load_options o = lmx_load_defaults();
+    o.device = LMX_DEVICE_CPU;
+    o.quant = 8;
+    lmx_error err = {0};
+    lmx_model *m = lmx_load(dir, &o, &err);
+    CHECK(!m && err.code == LMX_ERR_NOMEM, "q8 copy of %zu bytes of weights: %s", bytes,
+          m ? "loaded" : err.message);
+    CHECK(strstr(err.message, "GB of memory once quantized") && strstr(err.message, "--quant q4"),
+          "the message says what the weights take and what to do: %s", err.message);
+    printf("too large: %s\n", err.message);
+    lmx_close(m);
+    o.quant = 0;
+    o.mmap_weights = 1;
+    m = lmx_load(dir, &o, &err);
+    CHECK(m != NULL, "the same weights in place (--mmap): %s", err.message);
+    lmx_close(m);
+}
+
 int main(void)
 {
     config_errors();
     weight_errors();
     call_errors();
     cli_errors();
+    too_large();
     return test_finish();
 }

@@ -1,6 +1,7 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -197,4 +198,77 @@ float test_max_abs(const float *v, size_t n)
     for (size_t i = 0; i < n; i++)
         m = fabsf(v[i]) > m ? fabsf(v[i]) : m;
     return m;
+}
+
+/* One tensor's header entry; *at advances past its bytes. */
+static void sparse_tensor(FILE *h, const char *name, long long rows, long long cols, size_t *at)
+{
+    size_t bytes = (size_t)rows * (size_t)(cols ? cols : 1) * 2;
+    fprintf(h, "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%lld", *at ? "," : "", name, rows);
+    if (cols)
+        fprintf(h, ",%lld", cols);
+    fprintf(h, "],\"data_offsets\":[%zu,%zu]}", *at, *at + bytes);
+    *at += bytes;
+}
+
+size_t test_write_sparse_model(const char *dir, size_t at_least)
+{
+    const int D = 8192, I = 28672, V = 32768, hd = 128, heads = D / hd, kv = 8;
+    size_t layer = 2 * ((size_t)D * heads * hd * 2 + (size_t)D * kv * hd * 2 + (size_t)D * I * 3);
+    int layers = (int)(at_least / layer) + 1;
+    char path[700], name[128];
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return 0;
+    fprintf(f,
+            "{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", \"vocab_size\": %d, "
+            "\"hidden_size\": %d, \"intermediate_size\": %d, \"num_hidden_layers\": %d, "
+            "\"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d, "
+            "\"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000, "
+            "\"tie_word_embeddings\": false, \"hidden_act\": \"silu\"}\n",
+            V, D, I, layers, heads, kv, hd);
+    fclose(f);
+    char *header = NULL;
+    size_t header_len = 0, at = 0;
+    FILE *h = open_memstream(&header, &header_len);
+    if (!h)
+        return 0;
+    fputc('{', h);
+    sparse_tensor(h, "model.embed_tokens.weight", V, D, &at);
+    sparse_tensor(h, "lm_head.weight", V, D, &at);
+    sparse_tensor(h, "model.norm.weight", D, 0, &at);
+    const struct {
+        const char *suffix;
+        long long rows, cols;
+    } parts[] = {{"input_layernorm", D, 0},
+                 {"post_attention_layernorm", D, 0},
+                 {"self_attn.q_proj", (long long)heads * hd, D},
+                 {"self_attn.k_proj", (long long)kv * hd, D},
+                 {"self_attn.v_proj", (long long)kv * hd, D},
+                 {"self_attn.o_proj", D, (long long)heads * hd},
+                 {"self_attn.q_norm", hd, 0},
+                 {"self_attn.k_norm", hd, 0},
+                 {"mlp.gate_proj", I, D},
+                 {"mlp.up_proj", I, D},
+                 {"mlp.down_proj", D, I}};
+    for (int l = 0; l < layers; l++)
+        for (size_t p = 0; p < sizeof parts / sizeof *parts; p++) {
+            snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, parts[p].suffix);
+            sparse_tensor(h, name, parts[p].rows, parts[p].cols, &at);
+        }
+    fputc('}', h);
+    while (ftell(h) % 8) /* the data starts 8-byte aligned */
+        fputc(' ', h);
+    fclose(h);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    f = fopen(path, "wb");
+    uint64_t n = header_len;
+    int ok = f && fwrite(&n, 8, 1, f) == 1 && fwrite(header, 1, header_len, f) == header_len &&
+             ftruncate(fileno(f), (off_t)(8 + header_len + at)) == 0;
+    if (f)
+        ok = fclose(f) == 0 && ok;
+    free(header);
+    return ok ? at : 0;
 }

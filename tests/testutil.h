@@ -81,5 +81,11 @@ void test_sampled(lmx_model *m, int rows, const int32_t *ids, int L, int steps, 
 #define TEST_PREFILL_BF16_TOL 3e-2f
 /* 1 if path exists. */
 int test_have_file(const char *path);
+/* Writes into dir (created) a Qwen3 checkpoint of more than `at_least`
+ * bytes of bf16 weights, with hidden size 8192 and intermediate size
+ * 28672 (a 70B model's shapes) and as many layers as that takes, whose
+ * tensors are one hole of a sparse file: a model far larger than the disk
+ * it takes. Returns the weights' bytes, 0 on failure. */
+size_t test_write_sparse_model(const char *dir, size_t at_least);
 
 #endif
