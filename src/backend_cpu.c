@@ -153,12 +153,6 @@ static void drop_pages(const void *p, size_t bytes)
         madvise((void *)a, e - a, MADV_DONTNEED);
 }
 
-/* A weight matrix is read from the mapping only while it loads: it is
- * quantized (--quant), or else copied into huge pages where the kernel
- * grants them (unless mmap_weights), with which bf16 decode on two threads
- * read 10-25% more of the machine's bandwidth than from the page cache's
- * 4 KB pages (docs/cpu.md). Vectors (norm weights) and tables only looked
- * up by rows (an untied embedding table) stay views. */
 typedef enum { KEPT_IN_PLACE, KEPT_COPIED, KEPT_QUANTIZED } kept_as;
 
 /* How load_matrix keeps the slice s of t (whose rows hold cols elements):
@@ -171,6 +165,12 @@ static kept_as kept_of(const cpu_backend *b, const lmx_st_tensor *t, const lmx_s
     return !whole_rows || (t->ndim >= 2 && b->huge_pages && !lookup) ? KEPT_COPIED : KEPT_IN_PLACE;
 }
 
+/* A weight matrix is read from the mapping only while it loads: it is
+ * quantized (--quant), or else copied into huge pages where the kernel
+ * grants them (unless mmap_weights), with which bf16 decode on two threads
+ * read 10-25% more of the machine's bandwidth than from the page cache's
+ * 4 KB pages (docs/cpu.md). Vectors (norm weights) and tables only looked
+ * up by rows (an untied embedding table) stay views. */
 static int load_matrix(cpu_backend *b, lmx_tensor *w, const lmx_st_tensor *t, const lmx_slice *s, int cols,
                        int lookup)
 {
@@ -273,7 +273,7 @@ static lmx_status cpu_check_room(lmx_backend *be, size_t bytes, lmx_error *err)
                                        : "quantize them (--quant q8 or q4) or read them in place from the "
                                          "checkpoint (--mmap)";
     return lmx_fail(err, LMX_ERR_NOMEM, "the weights take %.1f GB of memory once %s, and %.1f GB is available: %s",
-                    (double)bytes / 1e9, b->quant ? "quantized" : "copied into huge pages",
+                    (double)bytes / 1e9, b->quant ? "quantized" : "copied",
                     (double)avail / 1e9, hint);
 }
 
