@@ -131,11 +131,12 @@ typedef struct lmx_backend_ops {
     lmx_tensor *(*alloc_cache)(lmx_backend *be, int rows, int cols, lmx_error *err);
     /* Optional (NULL: loading checks nothing first): the bytes of its own
      * memory weight() would take for t (or its slice s), not counting what
-     * it reads in place from the mapping; and whether a rank's weights of
-     * `bytes` in all fit, LMX_ERR_NOMEM with what to do if they do not, so
-     * that loading fails before it copies any. */
+     * it reads in place from the mapping; and whether the weights fit, this
+     * rank's `share` of them and all ranks' `total` (a backend whose ranks
+     * share one memory compares the total), LMX_ERR_NOMEM with what to do
+     * if they do not, so that loading fails before it copies any. */
     size_t (*weight_bytes)(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice *s, int lookup);
-    lmx_status (*check_room)(lmx_backend *be, size_t bytes, lmx_error *err);
+    lmx_status (*check_room)(lmx_backend *be, size_t share, size_t total, lmx_error *err);
 } lmx_backend_ops;
 
 struct lmx_backend {

@@ -34,7 +34,6 @@ typedef struct cpu_group {
     pthread_mutex_t lock;
     pthread_barrier_t barrier;
     float **parts; /* each rank's tensor in the all-reduce under way */
-    size_t weight_bytes; /* the ranks' weights so far (cpu_check_room) */
 } cpu_group;
 
 typedef struct cpu_backend {
@@ -256,25 +255,20 @@ static size_t mem_available(void)
     return (size_t)kb * 1024;
 }
 
-/* The ranks of a group share the machine's memory: each adds its bytes. */
-static lmx_status cpu_check_room(lmx_backend *be, size_t bytes, lmx_error *err)
+/* The ranks of a group share the machine's memory: the total counts. */
+static lmx_status cpu_check_room(lmx_backend *be, size_t share, size_t total, lmx_error *err)
 {
-    cpu_backend *b = cpu(be);
-    if (b->group) {
-        pthread_mutex_lock(&b->group->lock);
-        bytes = b->group->weight_bytes += bytes;
-        pthread_mutex_unlock(&b->group->lock);
-    }
+    (void)share;
+    const cpu_backend *b = cpu(be);
     size_t avail = mem_available();
-    if (!avail || bytes <= avail)
+    if (!avail || total <= avail)
         return LMX_OK;
     const char *hint = b->quant == 4   ? "this machine has too little memory for this model"
                        : b->quant == 8 ? "quantize them to 4 bits (--quant q4)"
                                        : "quantize them (--quant q8 or q4) or read them in place from the "
                                          "checkpoint (--mmap)";
     return lmx_fail(err, LMX_ERR_NOMEM, "the weights take %.1f GB of memory once %s, and %.1f GB is available: %s",
-                    (double)bytes / 1e9, b->quant ? "quantized" : "copied",
-                    (double)avail / 1e9, hint);
+                    (double)total / 1e9, b->quant ? "quantized" : "copied", (double)avail / 1e9, hint);
 }
 
 /* slack: zeroed elements allocated past the last row */

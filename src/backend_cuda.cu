@@ -427,7 +427,8 @@ size_t cuda_weight_bytes(lmx_backend *be, const lmx_st_tensor *t, const lmx_slic
     return device_bytes(cu(be), t, s, &group);
 }
 
-lmx_status cuda_check_room(lmx_backend *be, size_t bytes, lmx_error *err)
+/* Each rank has a GPU of its own: its share counts. */
+lmx_status cuda_check_room(lmx_backend *be, size_t bytes, size_t /* total */, lmx_error *err)
 {
     cuda_backend *b = cu(be);
     size_t free_b = 0, total_b = 0;

@@ -169,20 +169,30 @@ static lmx_status bind_weights(lmx_model *m, lmx_rank *rk, size_t *measure, lmx_
                     "checkpoint: tensor 'lm_head.weight' is missing (tie_word_embeddings is false)");
 }
 
-/* Whether rank rk's weights fit the memory its backend keeps them in
+/* Whether every rank's weights fit the memory its backend keeps them in
  * (check_room), from a dry run of binding them that checks their names
  * and shapes as loading does: a model too large fails before any copy. */
-static lmx_status check_room(lmx_model *m, lmx_rank *rk, lmx_error *err)
+static lmx_status check_room(lmx_model *m, lmx_error *err)
 {
-    const lmx_backend_ops *ops = rk->be->ops;
+    const lmx_backend_ops *ops = m->be->ops; /* the ranks' backends are of one kind */
     if (!ops->weight_bytes || !ops->check_room)
         return LMX_OK;
-    size_t bytes = 0;
-    lmx_rank probe = *rk;
-    probe.layers = NULL;
-    lmx_status st = bind_weights(m, &probe, &bytes, err);
-    free(probe.layers);
-    return st ? st : ops->check_room(rk->be, bytes, err);
+    size_t share[LMX_MAX_RANKS] = {0}, total = 0;
+    for (int r = 0; r < m->n_ranks; r++) {
+        lmx_rank probe = m->ranks[r];
+        probe.layers = NULL;
+        lmx_status st = bind_weights(m, &probe, &share[r], err);
+        free(probe.layers);
+        if (st)
+            return st;
+        total += share[r];
+    }
+    for (int r = 0; r < m->n_ranks; r++) {
+        lmx_status st = ops->check_room(m->ranks[r].be, share[r], total, err);
+        if (st)
+            return st;
+    }
+    return LMX_OK;
 }
 
 static void free_weights(const lmx_model *m, lmx_rank *rk)
@@ -269,9 +279,8 @@ static lmx_status load_ranks(lmx_model *m, int n_ranks, lmx_error *err)
     for (int r = 0; r < n_ranks; r++)
         m->ranks[r].be = bes[r];
     m->be = bes[0];
-    for (int r = 0; r < n_ranks; r++)
-        if ((st = check_room(m, &m->ranks[r], err)))
-            return st;
+    if ((st = check_room(m, err)))
+        return st;
     for (int r = 0; r < n_ranks; r++)
         if ((st = bind_weights(m, &m->ranks[r], NULL, err)))
             return st;
