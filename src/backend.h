@@ -137,6 +137,11 @@ typedef struct lmx_backend_ops {
      * if they do not, so that loading fails before it copies any. */
     size_t (*weight_bytes)(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice *s, int lookup);
     lmx_status (*check_room)(lmx_backend *be, size_t share, size_t total, lmx_error *err);
+    /* Optional (NULL: not checked): whether a context's KV cache of n_ctx
+     * positions fits, this rank's `share` of its elements (keys and values
+     * of every layer) and all ranks' `total`, as check_room; checked before
+     * any of it is allocated. */
+    lmx_status (*check_cache_room)(lmx_backend *be, size_t share, size_t total, int n_ctx, lmx_error *err);
 } lmx_backend_ops;
 
 struct lmx_backend {

@@ -271,6 +271,20 @@ static lmx_status cpu_check_room(lmx_backend *be, size_t share, size_t total, lm
                     (double)total / 1e9, b->quant ? "quantized" : "copied", (double)avail / 1e9, hint);
 }
 
+static lmx_status cpu_check_cache_room(lmx_backend *be, size_t share, size_t total, int n_ctx, lmx_error *err)
+{
+    (void)share;
+    const cpu_backend *b = cpu(be);
+    size_t bytes = total * (b->kv_f16 ? 2 : 4), avail = mem_available();
+    if (!avail || bytes <= avail)
+        return LMX_OK;
+    return lmx_fail(err, LMX_ERR_NOMEM,
+                    "the KV cache of %d positions takes %.1f GB of memory in %s, and %.1f GB is available: "
+                    "use a shorter context (--ctx)%s",
+                    n_ctx, (double)bytes / 1e9, b->kv_f16 ? "float16" : "float32", (double)avail / 1e9,
+                    b->kv_f16 ? "" : " or a float16 cache (--kv f16)");
+}
+
 /* slack: zeroed elements allocated past the last row */
 static lmx_tensor *alloc_dtype(int rows, int cols, lmx_dtype dtype, size_t slack, lmx_error *err)
 {
@@ -577,6 +591,7 @@ static const lmx_backend_ops cpu_ops = {
     .alloc_cache = cpu_alloc_cache,
     .weight_bytes = cpu_weight_bytes,
     .check_room = cpu_check_room,
+    .check_cache_room = cpu_check_cache_room,
 };
 
 lmx_backend *lmx_backend_cpu_new(const lmx_load_options *o, lmx_error *err)

@@ -427,19 +427,38 @@ size_t cuda_weight_bytes(lmx_backend *be, const lmx_st_tensor *t, const lmx_slic
     return device_bytes(cu(be), t, s, &group);
 }
 
+/* The GPU's free and total memory; false: unknown (the allocations will
+ * find out). */
+bool gpu_memory(const cuda_backend *b, size_t *free_b, size_t *total_b)
+{
+    if (cudaSetDevice(b->device) == cudaSuccess && cudaMemGetInfo(free_b, total_b) == cudaSuccess)
+        return true;
+    cudaGetLastError();
+    return false;
+}
+
 /* Each rank has a GPU of its own: its share counts. */
 lmx_status cuda_check_room(lmx_backend *be, size_t bytes, size_t /* total */, lmx_error *err)
 {
     cuda_backend *b = cu(be);
     size_t free_b = 0, total_b = 0;
-    if (cudaSetDevice(b->device) != cudaSuccess || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
-        cudaGetLastError(); /* unknown: the upload finds out */
-        return LMX_OK;
-    }
-    if (bytes <= free_b)
+    if (!gpu_memory(b, &free_b, &total_b) || bytes <= free_b)
         return LMX_OK;
     return lmx_fail(err, LMX_ERR_NOMEM, "the weights take %.1f GB on GPU %d, which has %.1f of %.1f GB free: %s",
                     (double)bytes / 1e9, b->device, (double)free_b / 1e9, (double)total_b / 1e9, fit_hint(b));
+}
+
+/* The cache is bf16. */
+lmx_status cuda_check_cache_room(lmx_backend *be, size_t share, size_t /* total */, int n_ctx, lmx_error *err)
+{
+    cuda_backend *b = cu(be);
+    size_t free_b = 0, total_b = 0, bytes = share * sizeof(__nv_bfloat16);
+    if (!gpu_memory(b, &free_b, &total_b) || bytes <= free_b)
+        return LMX_OK;
+    return lmx_fail(err, LMX_ERR_NOMEM,
+                    "the KV cache of %d positions takes %.1f GB on GPU %d, which has %.1f of %.1f GB free: use a "
+                    "shorter context (--ctx)",
+                    n_ctx, (double)bytes / 1e9, b->device, (double)free_b / 1e9, (double)total_b / 1e9);
 }
 
 lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice *slice, int /* lookup */,
@@ -1720,6 +1739,7 @@ const lmx_backend_ops cuda_ops = {
     cuda_alloc_cache,
     cuda_weight_bytes,
     cuda_check_room,
+    cuda_check_cache_room,
 };
 
 } // namespace

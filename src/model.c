@@ -465,6 +465,35 @@ double lmx_model_decode_kv_bytes(const lmx_model *m, int pos, double elem)
 
 enum { LOGITS_ROWS = 16 };
 
+/* Keys and values a rank's KV cache holds over every layer. */
+static size_t cache_elems(const lmx_model *m, const lmx_rank *rk, int n_ctx, int max_rows)
+{
+    size_t n = 0;
+    for (int i = 0; i < m->cfg.n_layers; i++)
+        n += 2 * (size_t)lmx_model_cache_slots(m, i, n_ctx, max_rows) * rk->plan.kv_heads * m->cfg.head_dim;
+    return n;
+}
+
+/* Whether every rank's KV cache fits (check_cache_room) before any is
+ * allocated: on the CPU the cache's pages are only taken as the context
+ * fills, so one too large would fail then, in the kernel's out-of-memory
+ * killer. */
+static lmx_status check_cache_room(const lmx_model *m, int n_ctx, int max_rows, lmx_error *err)
+{
+    const lmx_backend_ops *ops = m->be->ops;
+    if (!ops->check_cache_room)
+        return LMX_OK;
+    size_t share[LMX_MAX_RANKS] = {0}, total = 0;
+    for (int r = 0; r < m->n_ranks; r++)
+        total += share[r] = cache_elems(m, &m->ranks[r], n_ctx, max_rows);
+    for (int r = 0; r < m->n_ranks; r++) {
+        lmx_status st = ops->check_cache_room(m->ranks[r].be, share[r], total, n_ctx, err);
+        if (st)
+            return st;
+    }
+    return LMX_OK;
+}
+
 static lmx_status rank_state_init(const lmx_model *m, const lmx_rank *rk, lmx_rank_state *rs, int n_ctx,
                                   int max_rows, lmx_error *err)
 {
@@ -502,6 +531,9 @@ lmx_status lmx_forward_state_init(lmx_model *m, lmx_forward_state *fs, int n_ctx
     fs->logits_rows = LOGITS_ROWS;
     if (!(fs->ranks = calloc((size_t)m->n_ranks, sizeof *fs->ranks)))
         return lmx_fail(err, LMX_ERR_NOMEM, "out of memory");
+    lmx_status room = check_cache_room(m, n_ctx, max_rows, err);
+    if (room)
+        return room;
     for (int r = 0; r < m->n_ranks; r++) {
         lmx_status st = rank_state_init(m, &m->ranks[r], &fs->ranks[r], n_ctx, max_rows, err);
         if (st)

@@ -1048,6 +1048,17 @@ static void check_too_large(void)
     printf("cuda too large: %s\n", err.message);
     lmx_close(m);
     CHECK(gpu_free() >= free_b, "a refused load kept %lld bytes", (long long)free_b - (long long)gpu_free());
+    /* one layer of it fits; its KV cache for every position does not */
+    snprintf(dir, sizeof dir, "%s/one-layer", test_tmpdir());
+    CHECK(test_write_sparse_model(dir, 0) > 0, "sparse checkpoint in %s", dir);
+    m = lmx_load(dir, &o, &err);
+    CHECK(m != NULL, "load %s: %s", dir, err.message);
+    lmx_context *c = m ? lmx_context_new(m, TEST_SPARSE_POSITIONS, &err) : NULL;
+    CHECK(!c && err.code == LMX_ERR_NOMEM && strstr(err.message, "KV cache of") && strstr(err.message, "GPU 0"),
+          "a context of %d positions: %s", TEST_SPARSE_POSITIONS, c ? "made" : err.message);
+    printf("cuda too large: %s\n", err.message);
+    lmx_context_free(c);
+    lmx_close(m);
 }
 
 static void check_out_of_memory(void)

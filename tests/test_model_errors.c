@@ -255,6 +255,15 @@ static void too_large(void)
     o.mmap_weights = 1;
     m = lmx_load(dir, &o, &err);
     CHECK(m != NULL, "the same weights in place (--mmap): %s", err.message);
+    /* a KV cache larger than the memory: refused before any is allocated */
+    lmx_context *c = m ? lmx_context_new(m, TEST_SPARSE_POSITIONS, &err) : NULL;
+    CHECK(!c && err.code == LMX_ERR_NOMEM && strstr(err.message, "KV cache of") && strstr(err.message, "--ctx"),
+          "a context of %d positions: %s", TEST_SPARSE_POSITIONS, c ? "made" : err.message);
+    printf("too large: %s\n", err.message);
+    lmx_context_free(c);
+    c = m ? lmx_context_new(m, 64, &err) : NULL;
+    CHECK(c != NULL, "a context of 64 positions: %s", err.message);
+    lmx_context_free(c);
     lmx_close(m);
 }
 

@@ -226,9 +226,9 @@ size_t test_write_sparse_model(const char *dir, size_t at_least)
             "{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", \"vocab_size\": %d, "
             "\"hidden_size\": %d, \"intermediate_size\": %d, \"num_hidden_layers\": %d, "
             "\"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d, "
-            "\"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000, "
+            "\"max_position_embeddings\": %d, \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000, "
             "\"tie_word_embeddings\": false, \"hidden_act\": \"silu\"}\n",
-            V, D, I, layers, heads, kv, hd);
+            V, D, I, layers, heads, kv, hd, TEST_SPARSE_POSITIONS);
     fclose(f);
     char *header = NULL;
     size_t header_len = 0, at = 0;

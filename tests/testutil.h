@@ -87,5 +87,8 @@ int test_have_file(const char *path);
  * tensors are one hole of a sparse file: a model far larger than the disk
  * it takes. Returns the weights' bytes, 0 on failure. */
 size_t test_write_sparse_model(const char *dir, size_t at_least);
+/* Its positions (max_position_embeddings): a KV cache for all of them
+ * takes 275 GB a layer in bf16, more than any device has. */
+#define TEST_SPARSE_POSITIONS (1 << 26)
 
 #endif
