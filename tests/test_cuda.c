@@ -1024,11 +1024,6 @@ static int steps_while_full(lmx_context *c, const int32_t *ids, float *out, hog 
     return failed;
 }
 
-/* With the GPU full: loading a model and making a context fail with
- * LMX_ERR_NOMEM and an error naming the allocation; steps of a context
- * fail the same way or succeed, and once the memory is back the context
- * computes what a context never short of memory does. Everything is given
- * back: the free memory after is no less than before. */
 /* Weights larger than the GPU's memory (a sparse checkpoint): loading
  * fails before it uploads any, saying what they take and what to do. */
 static void check_too_large(void)
@@ -1061,6 +1056,11 @@ static void check_too_large(void)
     lmx_close(m);
 }
 
+/* With the GPU full: loading a model and making a context fail with
+ * LMX_ERR_NOMEM and an error naming the allocation; steps of a context
+ * fail the same way or succeed, and once the memory is back the context
+ * computes what a context never short of memory does. Everything is given
+ * back: the free memory after is no less than before. */
 static void check_out_of_memory(void)
 {
     char dir[512];
