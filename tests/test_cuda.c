@@ -1025,7 +1025,8 @@ static int steps_while_full(lmx_context *c, const int32_t *ids, float *out, hog 
 }
 
 /* Weights larger than the GPU's memory (a sparse checkpoint): loading
- * fails before it uploads any, saying what they take and what to do. */
+ * fails before it uploads any, saying what they take and what to do; and
+ * so does a context whose KV cache is larger, before allocating any. */
 static void check_too_large(void)
 {
     size_t free_b = 0, total_b = 0;
