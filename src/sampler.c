@@ -326,6 +326,12 @@ static double sum_block(const float *e, size_t n) {
     return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
+/* Tokens in block b of the dense layout (kept_set). */
+static size_t block_len(const lmx_sampler *s, size_t b) {
+    size_t lo = b * BLOCK;
+    return (size_t)s->vocab - lo < BLOCK ? (size_t)s->vocab - lo : BLOCK;
+}
+
 /* TemperatureLogitsWarper; then NaN -> -inf (never drawn) and +inf ->
  * FLT_MAX (so that the exponentials stay finite: such tokens share the
  * mass). Never decreasing in x, which lmx_sampler_sample_top relies on. */
@@ -410,9 +416,8 @@ static kept_set process(lmx_sampler *s, float *x) {
             }
         }
         double total = 0;
-        for (int b = 0; b * BLOCK < V; b++) {
-            size_t len = V - b * BLOCK < BLOCK ? (size_t)(V - b * BLOCK) : BLOCK;
-            s->block[b] = sum_block(e + (size_t)b * BLOCK, len);
+        for (size_t b = 0; b * BLOCK < (size_t)V; b++) {
+            s->block[b] = sum_block(e + b * BLOCK, block_len(s, b));
             total += s->block[b];
         }
         return (kept_set){1, (size_t)V, total};
@@ -465,7 +470,7 @@ static int32_t draw(const lmx_sampler *s, kept_set k, double target) {
     if (k.dense) {
         double acc = 0;
         for (size_t b = 0;; b++) {
-            size_t lo = b * BLOCK, hi = lo + BLOCK < (size_t)s->vocab ? lo + BLOCK : (size_t)s->vocab;
+            size_t lo = b * BLOCK, hi = lo + block_len(s, b);
             /* acc + block[b] repeats process()'s sum for total exactly, so
              * the last block is never passed over */
             if (hi < (size_t)s->vocab && !(target < acc + s->block[b])) {
@@ -522,10 +527,19 @@ void lmx_sampler_probs(lmx_sampler *s, float *logits, const int32_t *history, si
         probs[s->c[i].id] = (float)(s->c[i].e / k.total);
 }
 
+/* Min-p is the only filter (with a temperature): process() keeps tokens
+ * in the dense layout then. */
+static int min_p_alone(const lmx_sampler *s) {
+    const lmx_sampler_params *p = &s->p;
+    return p->temperature > 0 && p->min_p > 0 && (p->top_k == 0 || p->top_k >= s->vocab) && p->top_p >= 1.0f;
+}
+
 int lmx_sampler_top_request(const lmx_sampler *s) {
     const lmx_sampler_params *p = &s->p;
     if (p->repetition_penalty < 1.0f) /* it may raise a token a group left out above the rest */
         return 0;
+    if (min_p_alone(s)) /* it keeps by weight, not rank: a penalty needs no room */
+        return LMX_SAMPLER_MIN_P_PER;
     int k = p->temperature == 0 ? 1 : p->top_k;
     if (k <= 0 || k >= LMX_TOPK_MAX)
         return 0;
@@ -554,6 +568,55 @@ static int32_t top_argmax(const cand *c, size_t n, const lmx_scored *top, int gr
     if (n == 0 || c[best].s != c[best].s || !left_out_below(top, groups, per, c[best].s, 1, 0))
         return -1;
     return c[best].id;
+}
+
+/* Min-p alone from the candidates c[0..n) (processed; largest smax). A
+ * token a full group left out ranks after the group's last entry, so when
+ * that entry (unpenalized, warped) weighs under min_p, with room for
+ * exp_nonpos's rounding, nothing left out is kept, and the top token is a
+ * candidate. The kept ones then go into the dense layout as process() lays
+ * out every token: their blocks' weights (the others' stay 0, as removed
+ * tokens' are), block sums by sum_block and their total in block order, so
+ * that draw() follows the same sums. */
+static int32_t min_p_draw(lmx_sampler *s, size_t n, float smax, const lmx_scored *top, int groups, int per) {
+    const float t = s->p.temperature, min_p = s->p.min_p;
+    if (!(smax > -INFINITY))
+        return -1;
+    for (int g = 0; g < groups; g++) {
+        lmx_scored last = top[(size_t)g * per + per - 1];
+        float v = warped(last.score, t);
+        if (last.col >= 0 && !(v < smax && exp_nonpos(v - smax) < min_p * (1 - 1e-6f)))
+            return -1;
+    }
+    const size_t V = (size_t)s->vocab, nb = (V + BLOCK - 1) / BLOCK;
+    cand *c = s->c;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        float e = exp_nonpos(c[i].s - smax);
+        if (c[i].s > -INFINITY && e >= min_p)
+            c[m++] = (cand){c[i].s, c[i].id, e};
+    }
+    for (size_t b = 0; b < nb; b++)
+        s->block[b] = 0;
+    /* clear the blocks that hold a kept token, and the last one, which
+     * draw() walks whenever it reaches it */
+    for (size_t i = 0; i <= m; i++) {
+        size_t b = i < m ? (size_t)c[i].id / BLOCK : nb - 1;
+        if (s->block[b] == 0) {
+            memset(s->e + b * BLOCK, 0, block_len(s, b) * sizeof *s->e);
+            s->block[b] = 1;
+        }
+    }
+    for (size_t i = 0; i < m; i++)
+        s->e[c[i].id] = c[i].e;
+    double total = 0;
+    for (size_t b = 0; b < nb; b++) {
+        if (s->block[b] != 0)
+            s->block[b] = sum_block(s->e + b * BLOCK, block_len(s, b));
+        total += s->block[b];
+    }
+    kept_set kept = {1, V, total};
+    return draw(s, kept, next_unit(s->rng) * kept.total);
 }
 
 /* The union of the groups holds the k best tokens (each is among the best
@@ -588,6 +651,8 @@ int32_t lmx_sampler_sample_top(lmx_sampler *s, const lmx_scored *top, int groups
         mark_history(s, history, n_history, 0);
     if (greedy)
         return top_argmax(c, n, top, groups, per);
+    if (min_p_alone(s))
+        return min_p_draw(s, n, smax, top, groups, per);
     if (n_finite <= k) /* top-k might not apply */
         return -1;
     size_t size = 0;

@@ -42,11 +42,15 @@ void lmx_sampler_free(lmx_sampler *s);
 int32_t lmx_sampler_sample(lmx_sampler *s, float *logits, const int32_t *history,
                            size_t n_history);
 
-/* Whether s can choose from the best scores alone (greedy, or top_k in
- * [1, LMX_TOPK_MAX); a repetition penalty of 1 or more, which never raises
- * a score): the entries a group to ask a backend's read_topk for (k + 1,
- * k = 1 when greedy, and some room more with a penalty; at most
- * LMX_TOPK_MAX), else 0. */
+/* Entries a group a min-p draw without top-k or top-p asks for: it is
+ * decided while fewer of each group's tokens are kept. */
+enum { LMX_SAMPLER_MIN_P_PER = 32 };
+
+/* Whether s can choose from the best scores alone (greedy, top_k in
+ * [1, LMX_TOPK_MAX), or min_p alone; a repetition penalty of 1 or more,
+ * which never raises a score): the entries a group to ask a backend's
+ * read_topk for (k + 1, k = 1 when greedy, and some room more with a
+ * penalty, at most LMX_TOPK_MAX; LMX_SAMPLER_MIN_P_PER for min_p), else 0. */
 int lmx_sampler_top_request(const lmx_sampler *s);
 
 /* lmx_sampler_sample's choice from `groups` groups of `per` entries, each
@@ -54,8 +58,9 @@ int lmx_sampler_top_request(const lmx_sampler *s);
  * -1 pads a short part), their scores unpenalized: the same token from the
  * same logits, history and random state. Returns -1 without drawing when
  * they cannot decide it (a tie at the top-k boundary with a token a group
- * left out, too many of a group's entries pushed down by the penalty, or
- * too few finite scores): then sample the whole logits instead. */
+ * left out, too many of a group's entries pushed down by the penalty, a
+ * group whose every entry min_p keeps, or too few finite scores): then
+ * sample the whole logits instead. */
 int32_t lmx_sampler_sample_top(lmx_sampler *s, const lmx_scored *top, int groups, int per,
                                const int32_t *history, size_t n_history);
 

@@ -627,14 +627,16 @@ static void top_scores(void) {
                                   {0.7f, 40, 0.9f, 0.05f, 1, 7},  {1.3f, 1, 1, 0, 1, 8},
                                   {0.6f, 127, 0.8f, 0, 1, 9},     {0.7f, 20, 0.8f, 0, 1.3f, 10},
                                   {1.0f, 50, 1, 0.05f, 2.0f, 11}, {0, 0, 1, 0, 1.2f, 12},
-                                  {0, 40, 0.5f, 0, 1.05f, 13}};
+                                  {0, 40, 0.5f, 0, 1.05f, 13},    {1.0f, 0, 1, 0.05f, 1, 14},
+                                  {0.5f, 0, 1, 0.5f, 1.3f, 15}};
     for (size_t c = 0; c < sizeof cases / sizeof *cases && x && y && top && hist; c++)
         for (int groups = 1; groups <= 128; groups += 127) {
             lmx_sampler *dense = make(cases[c], V), *s = make(cases[c], V);
             int per = s ? lmx_sampler_top_request(s) : 0, mismatched = 0, undecided = 0;
             int pen = cases[c].repetition_penalty != 1, k = cases[c].temperature == 0 ? 1 : cases[c].top_k;
-            CHECK(per == (k + 1 + 16 * pen < LMX_TOPK_MAX ? k + 1 + 16 * pen : LMX_TOPK_MAX),
-                  "case %zu: request %d", c, per);
+            int want_per = k == 0 ? LMX_SAMPLER_MIN_P_PER /* min_p alone */
+                                  : k + 1 + 16 * pen < LMX_TOPK_MAX ? k + 1 + 16 * pen : LMX_TOPK_MAX;
+            CHECK(per == want_per, "case %zu: request %d", c, per);
             for (int d = 0; d < 40 && dense && s && per; d++) {
                 for (int i = 0; i < V; i++) /* peaked like real logits: a few dozen tokens matter */
                     x[i] = (float)(30 * pow(test_unit(), 8) - 10 * test_unit());
@@ -661,25 +663,59 @@ static void top_scores(void) {
             lmx_sampler_free(s);
         }
 
+    /* min_p alone on a vocabulary whose last block is short (1000 = 3 *
+     * 256 + 232, not a multiple of sum_block's 8 lanes), kept tokens in
+     * random blocks and in the last: 7 groups, 200 draws */
+    {
+        enum { SV = 1000 };
+        float a[SV], b[SV];
+        lmx_scored t[7 * LMX_SAMPLER_MIN_P_PER];
+        lmx_sampler_params mp = {1.0f, 0, 1, 0.3f, 1, 21};
+        lmx_sampler *dense = make(mp, SV), *s = make(mp, SV);
+        int mismatched = 0, undecided = 0;
+        for (int d = 0; d < 200 && dense && s; d++) {
+            for (int i = 0; i < SV; i++)
+                a[i] = (float)(-20 * test_unit());
+            for (int i = 0; i < 6; i++) /* kept: weights e^-1 to 1 of the top's */
+                a[(int)(test_unit() * SV)] = (float)(30 - test_unit());
+            a[SV - 1] = 30; /* in the short block */
+            memcpy(b, a, sizeof b);
+            int32_t want = lmx_sampler_sample(dense, b, NULL, 0);
+            grouped_top(a, SV, 7, LMX_SAMPLER_MIN_P_PER, t);
+            int32_t got = lmx_sampler_sample_top(s, t, 7, LMX_SAMPLER_MIN_P_PER, NULL, 0);
+            undecided += got < 0;
+            mismatched += got != want;
+        }
+        CHECK(mismatched == 0 && undecided == 0, "min_p alone, short last block: %d of 200 draws differ, %d undecided",
+              mismatched, undecided);
+        lmx_sampler_free(dense);
+        lmx_sampler_free(s);
+    }
+
     /* undecidable: a tie at the top-k boundary with a token its group left
-     * out, directly or once divided by the temperature; no random number
-     * is used up, so the dense draw that follows matches */
+     * out, directly or once divided by the temperature; a group whose every
+     * entry min_p keeps; no random number is used up, so the dense draw
+     * that follows matches */
     float lo = 0.9f; /* lo / 0.6 == next / 0.6 for some lo just below 1 */
     while (nextafterf(lo, 1) / 0.6f != lo / 0.6f)
         lo = nextafterf(lo, 1);
     const float tie[] = {5, 3, 3, 3, 1}, warp_tie[] = {lo, nextafterf(lo, 1), -2, -3};
+    float flat[40];
+    for (int i = 0; i < 40; i++)
+        flat[i] = i == 7 ? 2.0f : 1.5f; /* min_p 0.5 keeps all: weight e^-0.5 = 0.61 */
     struct {
         const float *x;
         int n;
         lmx_sampler_params p;
-    } undecided[] = {{tie, 5, {1.0f, 2, 1, 0, 1, 3}},      /* 3 @1 and @2 listed, 3 @3 left out */
-                     {warp_tie, 4, {0.6f, 1, 1, 0, 1, 3}}}; /* lo @0 warps to the top score too */
-    for (int u = 0; u < 2; u++) {
+    } undecided[] = {{tie, 5, {1.0f, 2, 1, 0, 1, 3}},       /* 3 @1 and @2 listed, 3 @3 left out */
+                     {warp_tie, 4, {0.6f, 1, 1, 0, 1, 3}},  /* lo @0 warps to the top score too */
+                     {flat, 40, {1.0f, 0, 1, 0.5f, 1, 3}}}; /* 32 listed, 8 kept ones left out */
+    for (int u = 0; u < 3; u++) {
         lmx_sampler *dense = make(undecided[u].p, undecided[u].n), *s = make(undecided[u].p, undecided[u].n);
         int per = s ? lmx_sampler_top_request(s) : 0;
-        lmx_scored t[8];
+        lmx_scored t[LMX_TOPK_MAX];
         for (int d = 0; d < 20 && dense && s; d++) {
-            float a[8], b[8];
+            float a[40], b[40];
             memcpy(a, undecided[u].x, (size_t)undecided[u].n * sizeof *a);
             memcpy(b, a, sizeof b);
             lmx_top_scores(a, undecided[u].n, per, t);
@@ -739,12 +775,13 @@ static void top_scores(void) {
     printf("vocab %d, T 0.6 top_k 20 top_p 0.95: whole row %.0f us; best scores %.0f us + draw %.1f us; "
            "draw from 128 groups %.1f us\n", V, t[0], t[1], t[2], t[3]);
     lmx_sampler_free(sd);
-    lmx_sampler_params no[] = {{1, 0, 0.9f, 0, 1, 1}, {1, 20, 1, 0, 0.9f, 1}, {0, 0, 1, 0, 0.5f, 1},
-                               {1, LMX_TOPK_MAX, 1, 0, 1, 1}};
-    for (int i = 0; i < 4; i++) {
+    lmx_sampler_params no[] = {{1, 0, 0.9f, 0, 1, 1},    {1, 20, 1, 0, 0.9f, 1},
+                               {0, 0, 1, 0, 0.5f, 1},    {1, LMX_TOPK_MAX, 1, 0, 1, 1},
+                               {1, 0, 0.9f, 0.1f, 1, 1}, {1, 0, 1, 0.1f, 0.9f, 1}};
+    for (int i = 0; i < 6; i++) {
         lmx_sampler *s = make(no[i], 100);
         CHECK(s && lmx_sampler_top_request(s) == 0,
-              "case %d (no top-k, penalties below 1, k too large) asks for top scores", i);
+              "case %d (no top-k and no min_p alone, penalties below 1, k too large) asks for top scores", i);
         lmx_sampler_free(s);
     }
     free(x);

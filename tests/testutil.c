@@ -138,11 +138,12 @@ void test_greedy(lmx_model *m, lmx_context *c, int rows, const int32_t *ids, int
 void test_sampled(lmx_model *m, int rows, const int32_t *ids, int L, int steps, const char *tag)
 {
     const lmx_sampler_params cases[] = {{0.6f, 20, 0.95f, 0, 1, 17}, {1.0f, 64, 0.95f, 0.02f, 1, 18},
-                                        {0.8f, 40, 1, 0, 1.3f, 19}, {0, 0, 1, 0, 1.5f, 20}};
+                                        {0.8f, 40, 1, 0, 1.3f, 19},  {0, 0, 1, 0, 1.5f, 20},
+                                        {0.5f, 0, 1, 0.5f, 1, 21}};
     int V = lmx_model_vocab_size(m);
     float *whole = malloc((size_t)V * sizeof *whole), *left = malloc((size_t)V * sizeof *left);
     int32_t *hist = malloc((size_t)(L + steps) * sizeof *hist); /* the prompt and the tokens drawn */
-    for (int k = 0; k < 4 && whole && left && hist; k++) {
+    for (size_t k = 0; k < sizeof cases / sizeof *cases && whole && left && hist; k++) {
         lmx_error err = {0};
         lmx_context *ct = lmx_context_new_chunked(m, L + steps, rows, &err), *cw = lmx_context_new_chunked(m, L + steps, rows, &err);
         lmx_sampler *st = NULL, *sw = NULL;
@@ -167,13 +168,13 @@ void test_sampled(lmx_model *m, int rows, const int32_t *ids, int L, int steps, 
             if (got < 0) /* as a stream does */
                 got = lmx_sampler_sample(st, left, hist, nh);
             next = lmx_sampler_sample(sw, whole, hist, nh);
-            CHECK(got == next, "%s case %d step %d: drew %d from the best scores, %d from the logits", tag, k, s,
+            CHECK(got == next, "%s case %zu step %d: drew %d from the best scores, %d from the logits", tag, k, s,
                   (int)got, (int)next);
             hist[L + s] = next;
             if (st_t != LMX_OK)
                 break;
         }
-        CHECK(decided >= steps - 1, "%s case %d: only %d of %d draws decided by the best scores", tag, k, decided,
+        CHECK(decided >= steps - 1, "%s case %zu: only %d of %d draws decided by the best scores", tag, k, decided,
               steps);
         free(top);
         lmx_sampler_free(st);
