@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "cuda_check.h"
 
 extern "C" {
 #include "backend.h"
@@ -69,15 +70,6 @@ model_shapes models[] = {
       {"down", 1, {3840}, 15360, false, 48},
       {"lm_head", 1, {262208}, 3840, false, 1}}},
 };
-
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 void launch(void (*k)(gemv_set, xin, int, int), unsigned grid, cudaStream_t st, const gemv_set &s, const xin &x)
 {
