@@ -585,15 +585,15 @@ static int32_t min_p_draw(lmx_sampler *s, size_t n, float smax, const lmx_scored
     for (int g = 0; g < groups; g++) {
         lmx_scored last = top[(size_t)g * per + per - 1];
         float v = warped(last.score, t);
-        if (last.col >= 0 && !(v < smax && exp_nonpos(v - smax) < min_p * (1 - 1e-6f)))
+        if (last.col >= 0 && !(v < smax && exp_nonpos(v - smax) < min_p * (1 - 1e-5f)))
             return -1;
     }
     const size_t V = (size_t)s->vocab, nb = (V + BLOCK - 1) / BLOCK;
     cand *c = s->c;
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
-        float e = exp_nonpos(c[i].s - smax);
-        if (c[i].s > -INFINITY && e >= min_p)
+        float e = exp_nonpos(c[i].s - smax); /* 0 for -inf */
+        if (e >= min_p)
             c[m++] = (cand){c[i].s, c[i].id, e};
     }
     for (size_t b = 0; b < nb; b++)
