@@ -31,9 +31,11 @@ struct lmx_stream {
     lmx_sampler *sampler;
     int greedy;          /* argmax without a penalty: only the next id is asked for */
     int32_t next;        /* that id, when greedy */
-    int top_per;         /* else, with top-k or greedy with a penalty: groups of this many best scores */
+    int top_per;         /* else, with top-k, min-p alone or greedy with a penalty: groups of this many best scores */
     lmx_scored *top;     /* those groups (lmx_sampler_sample_top), top_groups of them */
     int top_groups;
+    int top_wait;        /* steps that take the logits instead, after best scores that could not decide */
+    int top_backoff;     /* the next such wait: 0, 1, 3, 7 ... TOP_BACKOFF_MAX while they keep failing */
     lmx_detok *detok;
     lmx_stopstr stop;
     char *tail;          /* text released at the end */
@@ -212,28 +214,41 @@ static int cancelled(lmx_stream *s)
 
 /* Evaluates n tokens: the next token's scores into s->logits, or what
  * choosing it needs: when greedy only its id into s->next, with top-k (or
- * greedy with a penalty) its best scores into s->top (little comes back
- * from a GPU). */
+ * min-p alone, or greedy with a penalty) its best scores into s->top
+ * (little comes back from a GPU), unless those are waiting out a failure. */
 static lmx_status eval_tokens(lmx_stream *s, const int32_t *ids, int n)
 {
     if (s->greedy)
         return lmx_context_eval_argmax(s->ctx, ids, n, &s->next, &s->err);
-    if (s->top_per)
+    if (s->top_per && !s->top_wait)
         return lmx_context_eval_top(s->ctx, ids, n, s->top_per, s->top, &s->top_groups, &s->err);
     return lmx_context_eval(s->ctx, ids, n, s->logits, 0, &s->err);
 }
 
-/* The next token from what eval_tokens left; -1 on an error. */
+/* The next token from what eval_tokens left; -1 on an error. Best scores
+ * that cannot decide (min-p on a flat row, a tie at the top-k boundary)
+ * cost the logits' read besides; where that keeps happening, as with a
+ * model of random weights, the steps after take the logits directly, for
+ * waits that double up to TOP_BACKOFF_MAX steps (session 39, bench/RESULTS.md). */
+enum { TOP_BACKOFF_MAX = 63 };
 static int32_t choose(lmx_stream *s)
 {
     if (s->greedy)
         return s->next;
-    int32_t id = -1;
-    if (s->top_per && (id = lmx_sampler_sample_top(s->sampler, s->top, s->top_groups, s->top_per, s->tokens,
-                                                    (size_t)s->n_tokens)) >= 0)
-        return id;
-    if (s->top_per && lmx_context_last_logits(s->ctx, s->logits, &s->err)) /* undecided: the whole logits */
-        return -1;
+    if (s->top_per && !s->top_wait) {
+        int32_t id = lmx_sampler_sample_top(s->sampler, s->top, s->top_groups, s->top_per, s->tokens,
+                                            (size_t)s->n_tokens);
+        if (id >= 0) {
+            s->top_backoff = 0;
+            return id;
+        }
+        s->top_wait = s->top_backoff;
+        s->top_backoff = 2 * s->top_backoff + 1 < TOP_BACKOFF_MAX ? 2 * s->top_backoff + 1 : TOP_BACKOFF_MAX;
+        if (lmx_context_last_logits(s->ctx, s->logits, &s->err)) /* undecided: the whole logits */
+            return -1;
+    } else if (s->top_per) {
+        s->top_wait--;
+    }
     return lmx_sampler_sample(s->sampler, s->logits, s->tokens, (size_t)s->n_tokens);
 }
 

@@ -12,6 +12,7 @@
 #include "model.h"
 #include "prompt.h"
 #include "safetensors.h"
+#include "sampler.h"
 #include "testutil.h"
 
 /* Collected output of a stream. */
@@ -112,6 +113,69 @@ static void check_greedy(lmx_model *m, const char *name)
         free(full);
     }
     lmx_st_close(refs);
+}
+
+/* A sampling stream draws what sampling each step's whole logits draws
+ * (same seed and history), whichever way it takes them: best scores, best
+ * scores that cannot decide (then the logits), or the logits while it
+ * waits out such failures. Min-p 0.02 at T 2 on this model's flat rows is
+ * undecided most steps (counted here as the CPU backend's one group would
+ * be), min-p 0.5 at T 0.5 mostly decided, top-k 20 always. */
+static void check_sampled_stream(lmx_model *m)
+{
+    const lmx_sampler_params ps[] = {{2.0f, 0, 1, 0.02f, 1, 41}, {0.5f, 0, 1, 0.5f, 1, 42}, {0.6f, 20, 0.95f, 0, 1, 43}};
+    enum { P = 5, N = 40 };
+    const int V = lmx_model_vocab_size(m);
+    float *x = malloc((size_t)V * sizeof *x), *y = malloc((size_t)V * sizeof *y);
+    lmx_scored top[LMX_TOPK_MAX];
+    int32_t hist[P + N] = {9, 151, 2000, 37, 611};
+    for (int k = 0; k < 3 && x && y; k++) {
+        lmx_gen_config c = lmx_gen_defaults(m);
+        c.temperature = ps[k].temperature;
+        c.top_k = ps[k].top_k;
+        c.top_p = ps[k].top_p;
+        c.min_p = ps[k].min_p;
+        c.repetition_penalty = 1;
+        c.seed = ps[k].seed;
+        c.max_tokens = N;
+        c.ignore_eos = 1;
+        run r;
+        lmx_stream *s = lmx_generate_ids(m, hist, P, &c);
+        collect(s, &r);
+        lmx_stream_close(s);
+        CHECK(r.n == N, "sampled stream %d: %d tokens", k, r.n);
+
+        lmx_error err = {0};
+        lmx_context *ctx = lmx_context_new(m, P + N, &err);
+        lmx_sampler *whole = NULL, *best = NULL;
+        lmx_sampler_new(&ps[k], V, &whole, &err);
+        lmx_sampler_new(&ps[k], V, &best, &err);
+        int per = best ? lmx_sampler_top_request(best) : 0, undecided = 0;
+        CHECK(ctx && whole && per, "sampled stream %d: setup: %s", k, err.message);
+        for (int i = 0; i < r.n && ctx && whole && per; i++) {
+            const int32_t *in = i ? hist + P + i - 1 : hist;
+            if (lmx_context_eval(ctx, in, i ? 1 : P, x, 0, &err) != LMX_OK)
+                break;
+            memcpy(y, x, (size_t)V * sizeof *y);
+            int32_t want = lmx_sampler_sample(whole, x, hist, (size_t)(P + i));
+            lmx_top_scores(y, V, per, top);
+            int32_t got = lmx_sampler_sample_top(best, top, 1, per, hist, (size_t)(P + i));
+            if (got < 0) {
+                undecided++;
+                got = lmx_sampler_sample(best, y, hist, (size_t)(P + i));
+            }
+            CHECK(got == want && r.ids[i] == want, "sampled stream %d step %d: stream %d, best scores %d, logits %d",
+                  k, i, (int)r.ids[i], (int)got, (int)want);
+            hist[P + i] = want;
+        }
+        CHECK(k != 0 || undecided >= N / 2, "min-p on flat rows: only %d of %d steps undecided", undecided, N);
+        CHECK(k == 0 || undecided <= 2, "sampled stream %d: %d of %d steps undecided", k, undecided, N);
+        lmx_context_free(ctx);
+        lmx_sampler_free(whole);
+        lmx_sampler_free(best);
+    }
+    free(x);
+    free(y);
 }
 
 /* Chat rows of tokenizer_refs.json: rendered text and ids as transformers. */
@@ -497,6 +561,7 @@ int main(void)
     if (q && g) {
         check_greedy(q, "qwen3-tiny");
         check_greedy(g, "gemma3-tiny");
+        check_sampled_stream(q);
         check_chat_rows(q, "qwen3");
         check_chat_rows(g, "gemma3");
         check_injection(q);
