@@ -33,7 +33,16 @@
 
 namespace cg = cooperative_groups;
 
-enum { THREADS = 1024, WARPS = THREADS / 32, STAGE_PER_LANE = 8, MAX_ROWS = 256, ATTN_BLOCKS = 8 };
+/* Threads a block (one block a multiprocessor) and chunks a lane loads
+ * while summing the previous ones: other values build as variants
+ * (nvcc -DPERSIST_THREADS=1024 -DPERSIST_U=2). */
+#ifndef PERSIST_THREADS
+#define PERSIST_THREADS 512
+#endif
+#ifndef PERSIST_U
+#define PERSIST_U 4
+#endif
+enum { THREADS = PERSIST_THREADS, WARPS = THREADS / 32, STAGE_PER_LANE = 8, MAX_ROWS = 256, ATTN_BLOCKS = 8 };
 enum { HID = 4096, QKV = 6144, INTER = 12288 };
 enum phase_kind { GEMV, GATED, ATTN, NORM };
 
@@ -108,6 +117,47 @@ __device__ void stage(const phase &p, uint4 *st)
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
+/* Where a lane is in its warp's share: chunk j (its i-th), row r of the
+ * share and chunk c of that row, whose weights start at w. */
+struct cursor {
+    int j, i, r, c;
+    const uint4 *w;
+};
+__device__ __forceinline__ const uint4 *row_at(const phase &p, const share &h, int r)
+{
+    return r < h.rb ? p.w + (size_t)(h.n0 + r) * h.nv : p.w2 + (size_t)(h.n0 + r - h.rb) * h.nv;
+}
+
+/* U chunks of weights a lane in flight while the previous U are summed. */
+enum { U = PERSIST_U };
+struct batch {
+    uint4 u[U];
+    int r[U], c[U], n;
+};
+__device__ __forceinline__ void load(batch &b, cursor &k, const phase &p, const share &h, const uint4 *mine,
+                                     bool staged)
+{
+    b.n = 0;
+#pragma unroll
+    for (int q = 0; q < U; q++) {
+        if (k.j >= h.e)
+            break;
+        int lane = threadIdx.x & 31;
+        b.u[q] = staged && k.i < STAGE_PER_LANE ? mine[k.i * 32 + lane] : __ldcs(k.w + k.c);
+        b.r[q] = k.r;
+        b.c[q] = k.c;
+        b.n++;
+        k.j += 32;
+        k.i++;
+        k.c += 32;
+        if (k.c >= h.nv) { /* rows have at least 32 chunks */
+            k.c -= h.nv;
+            k.r++;
+            k.w = row_at(p, h, k.r);
+        }
+    }
+}
+
 /* The product; staged: this lane's first chunks are in st (stage()). */
 __device__ void gemv(const phase &p, uint4 *st, float *acc, bool staged)
 {
@@ -119,35 +169,32 @@ __device__ void gemv(const phase &p, uint4 *st, float *acc, bool staged)
         asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
     const uint4 *mine = st + (size_t)warp * 32 * STAGE_PER_LANE;
+    cursor k;
+    k.j = h.s + lane;
+    k.i = 0;
+    k.r = k.j / h.nv;
+    k.c = k.j % h.nv;
+    k.w = row_at(p, h, k.r);
     float sum = 0;
-    int row = -1;
-    for (int i = 0;; i += 4) {
-        int j0 = h.s + lane + 32 * i;
-        if (j0 >= h.e)
-            break;
-        uint4 u[4];
+    int row = k.r;
+    batch cur, next;
+    load(cur, k, p, h, mine, staged);
+    while (cur.n) {
+        load(next, k, p, h, mine, staged);
 #pragma unroll
-        for (int q = 0; q < 4; q++) {
-            int j = j0 + 32 * q;
-            if (j < h.e)
-                u[q] = staged && i + q < STAGE_PER_LANE ? mine[(i + q) * 32 + lane] : __ldcs(chunk_at(p, h, j));
-        }
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            int j = j0 + 32 * q;
-            if (j >= h.e)
+        for (int q = 0; q < U; q++) {
+            if (q >= cur.n)
                 break;
-            int r = j / h.nv, c = j % h.nv;
-            if (r != row) {
-                if (row >= 0)
-                    atomicAdd(acc + row, sum);
-                row = r;
+            if (cur.r[q] != row) {
+                atomicAdd(acc + row, sum);
+                row = cur.r[q];
                 sum = 0;
             }
-            sum += dot8(u[q], p.x + (size_t)c * 8);
+            sum += dot8(cur.u[q], p.x + (size_t)cur.c[q] * 8);
         }
+        cur = next;
     }
-    if (row >= 0)
+    if (k.j > h.s + lane) /* the lane had chunks */
         atomicAdd(acc + row, sum);
     __syncthreads();
     for (int r = threadIdx.x; r < h.rb; r += blockDim.x) {
@@ -341,8 +388,8 @@ int main(int argc, char **argv)
     k_fill<<<4 * G, 256>>>(w, per_layer * layers, 7u); /* the copies overwrote part of layer 0 */
     CK(cudaDeviceSynchronize());
     double bytes = (double)per_layer * 2 * layers;
-    printf("%s, %d SMs; copy %.0f GB/s; %d layers, %.2f GB of weights a step; attention stand-in %d rounds\n",
-           prop.name, G, copy, layers, bytes / 1e9, rounds);
+    printf("%s, %d SMs; copy %.0f GB/s; %d layers, %.2f GB of weights a step; attention stand-in %d rounds; "
+           "%d threads a block, %d loads a lane\n", prop.name, G, copy, layers, bytes / 1e9, rounds, THREADS, U);
 
     /* the chain's graphs: all phases, and the products alone */
     cudaGraphExec_t chain[2];
