@@ -408,11 +408,22 @@ static kept_set process(lmx_sampler *s, float *x) {
         for (int i = 0; i < V; i++)
             e[i] = exp_nonpos(x[i] - smax);
         if (p->min_p > 0) {
+            /* On the bits, as exp_nonpos does, so that gcc vectorizes it
+             * rather than branching on every token (on flat rows such a
+             * branch mispredicts often: 0.5 ms of 0.77 for a 151936-token
+             * row, session 39). Weights are >= 0, whose bits order as the
+             * floats do; -inf's bits are 0xFF800000. */
+            uint32_t mb;
+            memcpy(&mb, &p->min_p, sizeof mb);
             for (int i = 0; i < V; i++) {
-                if (e[i] < p->min_p) {
-                    e[i] = 0;
-                    x[i] = -INFINITY;
-                }
+                uint32_t eb, xb;
+                memcpy(&eb, e + i, sizeof eb);
+                memcpy(&xb, x + i, sizeof xb);
+                uint32_t keep = 0u - (uint32_t)(eb >= mb);
+                eb &= keep;
+                xb = (xb & keep) | (0xFF800000u & ~keep);
+                memcpy(e + i, &eb, sizeof eb);
+                memcpy(x + i, &xb, sizeof xb);
             }
         }
         double total = 0;
