@@ -92,11 +92,14 @@ __device__ __forceinline__ share share_of(const phase &p, int block, int warp)
     h.e = (int)(total * (warp + 1) / WARPS);
     return h;
 }
+/* Row r of the share's weights (of w2 past rb), and its chunk j's. */
+__device__ __forceinline__ const uint4 *row_at(const phase &p, const share &h, int r)
+{
+    return r < h.rb ? p.w + (size_t)(h.n0 + r) * h.nv : p.w2 + (size_t)(h.n0 + r - h.rb) * h.nv;
+}
 __device__ __forceinline__ const uint4 *chunk_at(const phase &p, const share &h, int j)
 {
-    int r = j / h.nv, c = j % h.nv;
-    const uint4 *w = r < h.rb ? p.w + (size_t)(h.n0 + r) * h.nv : p.w2 + (size_t)(h.n0 + r - h.rb) * h.nv;
-    return w + c;
+    return row_at(p, h, j / h.nv) + j % h.nv;
 }
 
 /* This lane's first chunks of its warp's share of p, to shared memory. */
@@ -123,10 +126,6 @@ struct cursor {
     int j, i, r, c;
     const uint4 *w;
 };
-__device__ __forceinline__ const uint4 *row_at(const phase &p, const share &h, int r)
-{
-    return r < h.rb ? p.w + (size_t)(h.n0 + r) * h.nv : p.w2 + (size_t)(h.n0 + r - h.rb) * h.nv;
-}
 
 /* U chunks of weights a lane in flight while the previous U are summed. */
 enum { U = PERSIST_U };
