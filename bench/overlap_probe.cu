@@ -14,8 +14,11 @@
  * buffer (L2 hits, as attention reads the q/k/v just written) or a 1 GiB
  * one (DRAM, as it reads a long KV cache).
  *
- *   overlap_probe [rounds]
+ *   overlap_probe [rounds] [stream blocks]
  *
+ * (the stream's blocks, 512 threads each, default two a multiprocessor:
+ * fewer read less than the memory can give, to see how a gentler stream
+ * slows the chain)
  * Prints the chain's nanoseconds a round (median block) and the stream's
  * GB/s, each alone and together, and the device-to-device copy bandwidth
  * (bytes read + written) as gpu_bench measures it. */
@@ -163,14 +166,14 @@ int main(int argc, char **argv)
 {
     probe p = {};
     p.rounds = argc > 1 ? atoi(argv[1]) : 5000;
-    if (p.rounds < 1 || p.rounds > 10000000) {
-        fprintf(stderr, "overlap_probe: rounds must be 1 to 10000000\n");
-        return 2;
-    }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     p.sms = prop.multiProcessorCount;
-    p.stream_blocks = 2 * p.sms;
+    p.stream_blocks = argc > 2 ? atoi(argv[2]) : 2 * p.sms;
+    if (p.rounds < 1 || p.rounds > 10000000 || p.stream_blocks < 1 || p.stream_blocks > 2 * p.sms) {
+        fprintf(stderr, "usage: overlap_probe [rounds 1-10000000] [stream blocks 1-%d]\n", 2 * p.sms);
+        return 2;
+    }
     p.big16 = ((size_t)2 << 30) / 16;
     p.l2_16 = ((size_t)4 << 20) / 16;
     p.dram16 = ((size_t)1 << 30) / 16;
@@ -198,8 +201,8 @@ int main(int argc, char **argv)
     CK(cudaEventSynchronize(e1));
     float ms;
     CK(cudaEventElapsedTime(&ms, e0, e1));
-    printf("%s, %d SMs; copy %.0f GB/s (read + written); chain %d blocks x %d rounds\n", prop.name, p.sms,
-           2.0 * half / (ms * 1e6), CHAIN_BLOCKS, p.rounds);
+    printf("%s, %d SMs; copy %.0f GB/s (read + written); chain %d blocks x %d rounds; stream %d blocks\n",
+           prop.name, p.sms, 2.0 * half / (ms * 1e6), CHAIN_BLOCKS, p.rounds, p.stream_blocks);
 
     const char *chain_name[2] = {"L2 (4 MiB)", "DRAM (1 GiB)"};
     const uint4 *chain_buf[2] = {p.chain_l2, p.chain_dram};
