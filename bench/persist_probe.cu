@@ -31,6 +31,15 @@
 #include <stdlib.h>
 #include "cuda_check.h"
 
+extern "C" {
+#include "backend.h"
+}
+
+namespace {
+#include "cuda_common.cuh" /* warp_sum, block_sum */
+#include "cuda_gemv.cuh"   /* wvec: bf16 weights to float */
+} // namespace
+
 namespace cg = cooperative_groups;
 
 /* Threads a block (one block a multiprocessor) and chunks a lane loads
@@ -64,13 +73,8 @@ __host__ __device__ constexpr size_t stage_bytes() { return (size_t)WARPS * 32 *
 __device__ __forceinline__ float dot8(uint4 u, const float *x)
 {
     float4 a = ((const float4 *)x)[0], b = ((const float4 *)x)[1];
-    unsigned v[4] = {u.x, u.y, u.z, u.w};
     float f[8];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        f[2 * i] = __uint_as_float(v[i] << 16);
-        f[2 * i + 1] = __uint_as_float(v[i] & 0xffff0000u);
-    }
+    wvec<__nv_bfloat16>::cvt(u, f);
     return f[0] * a.x + f[1] * a.y + f[2] * a.z + f[3] * a.w + f[4] * b.x + f[5] * b.y + f[6] * b.z + f[7] * b.w;
 }
 
@@ -202,20 +206,6 @@ __device__ void gemv(const phase &p, uint4 *st, float *acc, bool staged)
             v = v / (1.0f + __expf(-v)) * acc[h.rb + r]; /* SiLU(gate) * up */
         p.out[h.n0 + r] = v;
     }
-}
-
-__device__ float block_sum(float v, float *red)
-{
-    for (int o = 16; o; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0)
-        red[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float t = 0;
-    for (int i = 0; i < (int)(blockDim.x >> 5); i++)
-        t += red[i];
-    return t;
 }
 
 /* Attention's stand-in: ATTN_BLOCKS blocks, `rounds` dependent loads from
