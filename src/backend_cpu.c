@@ -255,34 +255,39 @@ static size_t mem_available(void)
     return (size_t)kb * 1024;
 }
 
+/* LMX_ERR_NOMEM when `bytes` of what (a subject and its verb) exceed the
+ * memory available, kept as `how`, with what to do. */
+static lmx_status fits_memory(size_t bytes, const char *what, const char *how, const char *hint, lmx_error *err)
+{
+    size_t avail = mem_available();
+    if (!avail || bytes <= avail)
+        return LMX_OK;
+    return lmx_fail(err, LMX_ERR_NOMEM, "%s %.1f GB of memory %s, and %.1f GB is available: %s", what,
+                    (double)bytes / 1e9, how, (double)avail / 1e9, hint);
+}
+
 /* The ranks of a group share the machine's memory: the total counts. */
 static lmx_status cpu_check_room(lmx_backend *be, size_t share, size_t total, lmx_error *err)
 {
     (void)share;
     const cpu_backend *b = cpu(be);
-    size_t avail = mem_available();
-    if (!avail || total <= avail)
-        return LMX_OK;
     const char *hint = b->quant == 4   ? "this machine has too little memory for this model"
                        : b->quant == 8 ? "quantize them to 4 bits (--quant q4)"
                                        : "quantize them (--quant q8 or q4) or read them in place from the "
                                          "checkpoint (--mmap)";
-    return lmx_fail(err, LMX_ERR_NOMEM, "the weights take %.1f GB of memory once %s, and %.1f GB is available: %s",
-                    (double)total / 1e9, b->quant ? "quantized" : "copied", (double)avail / 1e9, hint);
+    return fits_memory(total, "the weights take", b->quant ? "once quantized" : "once copied", hint, err);
 }
 
 static lmx_status cpu_check_cache_room(lmx_backend *be, size_t share, size_t total, int n_ctx, lmx_error *err)
 {
     (void)share;
     const cpu_backend *b = cpu(be);
-    size_t bytes = total * (b->kv_f16 ? 2 : 4), avail = mem_available();
-    if (!avail || bytes <= avail)
-        return LMX_OK;
-    return lmx_fail(err, LMX_ERR_NOMEM,
-                    "the KV cache of %d positions takes %.1f GB of memory in %s, and %.1f GB is available: "
-                    "use a shorter context (--ctx)%s",
-                    n_ctx, (double)bytes / 1e9, b->kv_f16 ? "float16" : "float32", (double)avail / 1e9,
-                    b->kv_f16 ? "" : " or a float16 cache (--kv f16)");
+    char what[64];
+    snprintf(what, sizeof what, "the KV cache of %d positions takes", n_ctx);
+    return fits_memory(total * (b->kv_f16 ? 2 : 4), what, b->kv_f16 ? "in float16" : "in float32",
+                       b->kv_f16 ? "use a shorter context (--ctx)"
+                                 : "use a shorter context (--ctx) or a float16 cache (--kv f16)",
+                       err);
 }
 
 /* slack: zeroed elements allocated past the last row */

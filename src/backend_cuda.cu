@@ -437,28 +437,29 @@ bool gpu_memory(const cuda_backend *b, size_t *free_b, size_t *total_b)
     return false;
 }
 
-/* Each rank has a GPU of its own: its share counts. */
-lmx_status cuda_check_room(lmx_backend *be, size_t bytes, size_t /* total */, lmx_error *err)
+/* LMX_ERR_NOMEM when `bytes` of what (a subject and its verb) exceed the
+ * GPU's free memory, with what to do. */
+lmx_status fits_gpu(const cuda_backend *b, size_t bytes, const char *what, const char *hint, lmx_error *err)
 {
-    cuda_backend *b = cu(be);
     size_t free_b = 0, total_b = 0;
     if (!gpu_memory(b, &free_b, &total_b) || bytes <= free_b)
         return LMX_OK;
-    return lmx_fail(err, LMX_ERR_NOMEM, "the weights take %.1f GB on GPU %d, which has %.1f of %.1f GB free: %s",
-                    (double)bytes / 1e9, b->device, (double)free_b / 1e9, (double)total_b / 1e9, fit_hint(b));
+    return lmx_fail(err, LMX_ERR_NOMEM, "%s %.1f GB on GPU %d, which has %.1f of %.1f GB free: %s", what,
+                    (double)bytes / 1e9, b->device, (double)free_b / 1e9, (double)total_b / 1e9, hint);
+}
+
+/* Each rank has a GPU of its own: its share counts. */
+lmx_status cuda_check_room(lmx_backend *be, size_t bytes, size_t /* total */, lmx_error *err)
+{
+    return fits_gpu(cu(be), bytes, "the weights take", fit_hint(cu(be)), err);
 }
 
 /* The cache is bf16. */
 lmx_status cuda_check_cache_room(lmx_backend *be, size_t share, size_t /* total */, int n_ctx, lmx_error *err)
 {
-    cuda_backend *b = cu(be);
-    size_t free_b = 0, total_b = 0, bytes = share * sizeof(__nv_bfloat16);
-    if (!gpu_memory(b, &free_b, &total_b) || bytes <= free_b)
-        return LMX_OK;
-    return lmx_fail(err, LMX_ERR_NOMEM,
-                    "the KV cache of %d positions takes %.1f GB on GPU %d, which has %.1f of %.1f GB free: use a "
-                    "shorter context (--ctx)",
-                    n_ctx, (double)bytes / 1e9, b->device, (double)free_b / 1e9, (double)total_b / 1e9);
+    char what[64];
+    snprintf(what, sizeof what, "the KV cache of %d positions takes", n_ctx);
+    return fits_gpu(cu(be), share * sizeof(__nv_bfloat16), what, "use a shorter context (--ctx)", err);
 }
 
 lmx_tensor *cuda_weight(lmx_backend *be, const lmx_st_tensor *t, const lmx_slice *slice, int /* lookup */,
