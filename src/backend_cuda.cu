@@ -682,17 +682,31 @@ void cuda_embed(lmx_backend *be, lmx_tensor *out, const lmx_tensor *table, const
 }
 
 /* Threads of a norm block for rows of dim, each holding V float4s of the
- * row (V = 2 up to 8192 elements, 8 up to 32768); 0 (a failure) beyond. */
-int norm_threads(cuda_backend *b, int dim, int *V)
+ * row; *vi: V's index among the instances (V = 1 up to 4096 elements, 2 up
+ * to 8192, 8 up to 32768); 0 (a failure) beyond. */
+int norm_threads(cuda_backend *b, int dim, int *vi)
 {
     int chunks = (dim + 3) / 4, threads = chunks < 1024 ? (chunks + 31) / 32 * 32 : 1024;
     int v = (chunks + threads - 1) / threads;
-    *V = v <= 2 ? 2 : 8;
+    *vi = v <= 1 ? 0 : v <= 2 ? 1 : 2;
     if (v <= 8)
         return threads;
     fail(b, LMX_ERR_UNSUPPORTED, "cuda: a norm over %d elements (at most 32768)", dim);
     return 0;
 }
+
+/* Whether a norm kernel may take its lean instance (A): rows a multiple of
+ * 4 long and norm weights in bf16, 8-byte aligned (w NULL: no such norm). */
+bool norm_lean(int dim, const lmx_tensor *w)
+{
+    return dim % 4 == 0 && (!w || (w->dtype == LMX_DT_BF16 && (uintptr_t)w->data % 8 == 0));
+}
+
+/* A norm kernel's instances by [V's index][lean]. */
+#define NORM_INSTANCES(k)                                                                                              \
+    {                                                                                                                  \
+        {k<1, false>, k<1, true>}, {k<2, false>, k<2, true>}, { k<8, false>, k<8, true> }                              \
+    }
 
 void cuda_rmsnorm(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, const lmx_tensor *w, int n_rows, float eps,
                   int plus_one)
@@ -705,13 +719,14 @@ void cuda_rmsnorm(lmx_backend *be, lmx_tensor *out, const lmx_tensor *x, const l
     size_t n_vec = (size_t)n_rows * (size_t)x->cols / (size_t)dim;
     if (!n_vec)
         return;
-    int V, threads = norm_threads(b, dim, &V);
+    int vi, threads = norm_threads(b, dim, &vi);
     if (!threads)
         return;
     __nv_bfloat16 *ob = bf16_copy(b, out, n_rows);
     xquant q = quant_copy(b, out, n_rows, dim == x->cols);
-    launch(b, V == 2 ? k_rmsnorm<2> : k_rmsnorm<8>, (unsigned)n_vec, threads, 0, f32(out), ob, f32(x), w->data,
-           w->dtype, dim, eps, plus_one, q);
+    static decltype(&k_rmsnorm<1, false>) const k[3][2] = NORM_INSTANCES(k_rmsnorm);
+    launch(b, k[vi][norm_lean(dim, w)], (unsigned)n_vec, threads, 0, f32(out), ob, f32(x), w->data, w->dtype, dim,
+           eps, plus_one, q);
     launched(b, "rmsnorm");
 }
 
@@ -1298,7 +1313,8 @@ void attention_decode(cuda_backend *b, lmx_tensor *out, const lmx_tensor *q, con
     int G = lmx_quant_group(out->cols);
     xquant oq = quant_copy(b, out, p->n_rows, G && hd % G == 0); /* for the o GEMV */
     dim3 grid((unsigned)groups, (unsigned)nsplit);
-    auto k = hd == HD && p->n_rows == 1 ? dec_kernel<true>(HD) : dec_kernel<false>(HD);
+    bool step = hd == HD && p->n_rows == 1 && !(p->softcap > 0) && fz.k; /* k_attn_dec's STEP */
+    auto k = step ? dec_kernel<true>(HD) : dec_kernel<false>(HD);
     launch(b, k, grid, DEC_WARPS * 32, dec_shm(HD), f32(out), oq, b->part, f32(q), (const bf16 *)kc->data,
            (const bf16 *)vc->data, kc->rows, p->n_heads, p->n_kv_heads, hd, p->window, p->scale, p->softcap, dpos,
            p->pos0, p->n_rows, fz);
@@ -1410,13 +1426,14 @@ void cuda_residual_norm(lmx_backend *be, lmx_tensor *x, lmx_tensor *h, lmx_tenso
         fail(b, LMX_ERR_INTERNAL, "cuda: residual_norm of %d columns with norms of %d", dim, next->cols);
         return;
     }
-    int V, threads = norm_threads(b, dim, &V);
+    int vi, threads = norm_threads(b, dim, &vi);
     if (!threads)
         return;
     __nv_bfloat16 *hb = bf16_copy(b, h, n_rows);
     xquant q = quant_copy(b, h, n_rows, 1);
     float *hf = for_products ? f32_unless_copy(b, h, hb) : f32(h);
-    launch(b, V == 2 ? k_residual_norm<2> : k_residual_norm<8>, (unsigned)n_rows, threads, 0, f32(x), hf, hb,
+    static decltype(&k_residual_norm<1, false>) const k[3][2] = NORM_INSTANCES(k_residual_norm);
+    launch(b, k[vi][norm_lean(dim, next) && norm_lean(dim, post)], (unsigned)n_rows, threads, 0, f32(x), hf, hb,
            f32(y), post ? post->data : NULL, post ? (int)post->dtype : 0, next->data, (int)next->dtype, dim, eps,
            plus_one, q);
     launched(b, "residual_norm");

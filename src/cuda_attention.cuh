@@ -365,10 +365,11 @@ size_t dec_shm(int HD) { return (size_t)(16 + DEC_WARPS * 4 * DEC_KEYS) * (HD + 
  * query row is normalized and rotated as it is staged, and the warp whose
  * chunk holds a key of this step first writes that key and value to the
  * cache (blocks of other query tiles of the head write the same bytes).
- * STEP: one query row and hd == HD (a decode step), known to the
- * compiler, which then leaves out the checks and divisions by hd and G
- * (less code to fetch each layer: 1-11% faster decode with the q/k/v
- * carveout, bench/RESULTS.md session 31). */
+ * STEP: one query row, hd == HD, qk_prepare folded in (fz.k) and no
+ * softcap (a decode step), known to the compiler, which then leaves out
+ * the checks and divisions by hd and G and the paths for the rest (less
+ * code to fetch each layer: 1-11% faster decode with the q/k/v carveout,
+ * bench/RESULTS.md session 31). */
 template <int HD, bool STEP>
 __global__ void __launch_bounds__(DEC_WARPS * 32)
     k_attn_dec(float *out, xquant oq, float *part, const float *q, const bf16 *kc, const bf16 *vc, int slots, int H,
@@ -376,6 +377,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
                qk_fuse fz)
 {
     const int hd = STEP ? HD : head_dim;
+    const bool fused = STEP || fz.k; /* qk_prepare folded in */
     if (STEP)
         n_rows = 1;
     constexpr int P = HD / 64;
@@ -408,10 +410,10 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
      * buffer, whose rows for them stage_kv leaves alone. */
     auto stage_cache = [&](int cn, bf16 *Kb) {
         stage_kv(Kb, Kb + DEC_KEYS * LD, pitched{LD}, kh, vh, kvs, slots, hd, lo + cn * DEC_KEYS, DEC_KEYS, last,
-                 fz.k ? base : last + 1, lane, 32);
+                 fused ? base : last + 1, lane, 32);
     };
     rope_angles<P> at_base = {};
-    if (fz.k) {
+    if (fused) {
         load_pairs(hq, fz.qn, fz.dt_q, fz.inv, hd, fz.plus_one, true);
         load_pairs(hk, fz.kn, fz.dt_k, fz.inv, hd, fz.plus_one, true);
         at_base = angles_at(hq, base);
@@ -420,14 +422,14 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     }
     pdl_trigger();
     pdl_wait();
-    auto angles = [&](const head_pairs<P> &h, int pos) { /* at_base's at the step's position */
-        if (pos == base)
+    auto angles = [&](const head_pairs<P> &h, int pos) { /* at_base's at the step's position (STEP: its only one) */
+        if (STEP || pos == base)
             return at_base;
         return angles_at(h, pos);
     };
     auto stage_step = [&](int cn, bf16 *Kb) {
         int t0 = lo + cn * DEC_KEYS;
-        for (int t = max(base, t0); fz.k && t <= min(last, t0 + DEC_KEYS - 1); t++) {
+        for (int t = max(base, t0); fused && t <= min(last, t0 + DEC_KEYS - 1); t++) {
             size_t at = (size_t)(t - base) * kvs + (size_t)kvh * hd, slot = (size_t)(t % slots) * kvs + kvh * hd;
             float k0[P], k1[P], v0[P], v1[P];
             load_head(k0, k1, fz.k + at, hd, true);
@@ -448,14 +450,14 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
 #pragma unroll
     for (int i = 0; i < QR; i++) {
         int r = warp + DEC_WARPS * i, f = min(f0 + r, nq - 1);
-        load_head(x0[i], x1[i], q + qindex(f) * hd, hd, fz.k && f0 + r < nq);
+        load_head(x0[i], x1[i], q + qindex(f) * hd, hd, fused && f0 + r < nq);
     }
     if (c < chunks) {
-        if (!fz.k) /* the step's keys are in the cache: read after the wait */
+        if (!fused) /* the step's keys are in the cache: read after the wait */
             stage_cache(c, Kw);
         stage_step(c, Kw);
     }
-    if (fz.k) {
+    if (fused) {
 #pragma unroll
         for (int i = 0; i < QR; i++) {
             int r = warp + DEC_WARPS * i;
@@ -489,7 +491,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         }
         __syncwarp(); /* the chunk's copies by every lane are visible */
         attn_tile<HD, DEC_KEYS, 1>(&a, Qs, Kb, Kb + DEC_KEYS * LD, LD, hd, lo + c * DEC_KEYS, &lo_r, &hi_r, scale,
-                                softcap);
+                                   STEP ? 0.0f : softcap);
         __syncwarp(); /* before the buffer is refilled */
     }
     /* the warps' (o, m, l) to shared memory, [warp][row][hd + 2] */

@@ -18,9 +18,14 @@ __global__ void k_embed(float *out, wview table, int rows, const int *ids, int f
  * every load of a row is in flight at once and the row is read once. */
 __device__ __forceinline__ int chunk_at(int i) { return 4 * (threadIdx.x + i * blockDim.x); }
 
-/* Elements [e, e + 4) of a row of dim floats at p, zero past its end. */
-__device__ __forceinline__ float4 load4(const float *p, int e, int dim)
+/* Elements [e, e + 4) of a row of dim floats at p, zero past its end.
+ * A: dim is a multiple of 4 (and the norm weights are bf16), known to the
+ * compiler, which then leaves out the element-wise paths: less code for a
+ * decode step's norms to fetch. */
+template <bool A> __device__ __forceinline__ float4 load4(const float *p, int e, int dim)
 {
+    if (A)
+        return e < dim ? *(const float4 *)(p + e) : make_float4(0, 0, 0, 0);
     if ((dim & 3) == 0 && e < dim)
         return *(const float4 *)(p + e);
     float v[4];
@@ -30,9 +35,11 @@ __device__ __forceinline__ float4 load4(const float *p, int e, int dim)
 }
 
 /* Elements [e, e + 4) of a row of dim, as float or rounded to bf16. */
-template <typename T> __device__ __forceinline__ void store4(T *p, int e, int dim, float4 v)
+template <bool A, typename T> __device__ __forceinline__ void store4(T *p, int e, int dim, float4 v)
 {
-    if ((dim & 3) == 0 && e < dim) {
+    if (A && e >= dim)
+        return;
+    if (A || ((dim & 3) == 0 && e < dim)) {
         if constexpr (sizeof(T) == 4)
             *(float4 *)(p + e) = v;
         else
@@ -46,15 +53,25 @@ template <typename T> __device__ __forceinline__ void store4(T *p, int e, int di
 }
 
 /* A norm weight's elements of this thread (no kernel writes weights: read
- * before waiting on the previous kernel). */
-template <int V> __device__ __forceinline__ void load_norm(float4 (&w)[V], const void *p, int dt, int dim, int plus_one)
+ * before waiting on the previous kernel); A: bf16 weights, dim a multiple
+ * of 4. */
+template <bool A, int V>
+__device__ __forceinline__ void load_norm(float4 (&w)[V], const void *p, int dt, int dim, int plus_one)
 {
 #pragma unroll
     for (int i = 0; i < V; i++) {
         int e = chunk_at(i);
         float f[4];
-        for (int k = 0; k < 4; k++)
-            f[k] = e + k < dim ? norm_w(p, dt, e + k, plus_one) : 0.0f;
+        if (A) {
+            uint2 u = e < dim ? *(const uint2 *)((const __nv_bfloat16 *)p + e) : make_uint2(0, 0);
+            float b[4] = {__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                          __uint_as_float(u.y & 0xffff0000u)};
+            for (int k = 0; k < 4; k++)
+                f[k] = plus_one && e < dim ? 1.0f + b[k] : b[k];
+        } else {
+            for (int k = 0; k < 4; k++)
+                f[k] = e + k < dim ? norm_w(p, dt, e + k, plus_one) : 0.0f;
+        }
         w[i] = make_float4(f[0], f[1], f[2], f[3]);
     }
 }
@@ -75,7 +92,7 @@ __device__ __forceinline__ float4 scale4(float4 v, float r, float4 w)
 
 /* Row `row` of out = rmsnorm(v) * w, also quantized with q.xq (whole rows
  * only; the groups then divide dim) and in bf16 with ob (prefill). */
-template <int V>
+template <bool A, int V>
 __device__ __forceinline__ void norm_store(const float4 (&v)[V], const float4 (&w)[V], float *out,
                                            __nv_bfloat16 *ob, int row, int dim, float eps, float *red,
                                            const xquant &q)
@@ -86,36 +103,36 @@ __device__ __forceinline__ void norm_store(const float4 (&v)[V], const float4 (&
         int e = chunk_at(i);
         float4 h = scale4(v[i], r, w[i]);
         if (out)
-            store4(out + (size_t)row * dim, e, dim, h);
+            store4<A>(out + (size_t)row * dim, e, dim, h);
         if (q.xq)
             quant4(q, h, row, e, dim, e < dim);
         if (ob)
-            store4(ob + (size_t)row * dim, e, dim, h);
+            store4<A>(ob + (size_t)row * dim, e, dim, h);
     }
 }
 
 /* One block per dim-long vector; with q.xq (vectors that are whole rows)
  * the output is also quantized for the q8/q4 GEMV that reads it, with ob
  * written in bf16 for the tensor cores. */
-template <int V>
+template <int V, bool A>
 __global__ void __launch_bounds__(1024) k_rmsnorm(float *out, __nv_bfloat16 *ob, const float *x, const void *w,
                                                   int dt, int dim, float eps, int plus_one, xquant q)
 {
     float4 wv[V], v[V];
-    load_norm(wv, w, dt, dim, plus_one);
+    load_norm<A>(wv, w, dt, dim, plus_one);
     pdl_trigger();
     pdl_wait();
     __shared__ float red[32];
 #pragma unroll
     for (int i = 0; i < V; i++)
-        v[i] = load4(x + (size_t)blockIdx.x * dim, chunk_at(i), dim);
-    norm_store(v, wv, out, ob, blockIdx.x, dim, eps, red, q);
+        v[i] = load4<A>(x + (size_t)blockIdx.x * dim, chunk_at(i), dim);
+    norm_store<A>(v, wv, out, ob, blockIdx.x, dim, eps, red, q);
 }
 
 /* A residual connection and the next norm, one block per row of dim:
  * y' = post ? rmsnorm(y, post) : y; x += y'; h = rmsnorm(x, next); h also
  * quantized with q.xq or in bf16 with hb, as k_rmsnorm. */
-template <int V>
+template <int V, bool A>
 __global__ void __launch_bounds__(1024)
     k_residual_norm(float *__restrict__ x, float *__restrict__ h, __nv_bfloat16 *hb, const float *__restrict__ y,
                     const void *post, int dt_post, const void *next, int dt_next, int dim, float eps, int plus_one,
@@ -123,25 +140,25 @@ __global__ void __launch_bounds__(1024)
 {
     float4 wp[V], wn[V], xv[V], yv[V];
     if (post)
-        load_norm(wp, post, dt_post, dim, plus_one);
-    load_norm(wn, next, dt_next, dim, plus_one);
+        load_norm<A>(wp, post, dt_post, dim, plus_one);
+    load_norm<A>(wn, next, dt_next, dim, plus_one);
     pdl_trigger();
     pdl_wait();
     __shared__ float red[32];
     size_t row = (size_t)blockIdx.x * dim;
 #pragma unroll
     for (int i = 0; i < V; i++) {
-        xv[i] = load4(x + row, chunk_at(i), dim);
-        yv[i] = load4(y + row, chunk_at(i), dim);
+        xv[i] = load4<A>(x + row, chunk_at(i), dim);
+        yv[i] = load4<A>(y + row, chunk_at(i), dim);
     }
     float rp = post ? 1.0f / sqrtf(sum_squares(yv, dim, red) / dim + eps) : 1.0f;
 #pragma unroll
     for (int i = 0; i < V; i++) {
         float4 d = post ? scale4(yv[i], rp, wp[i]) : yv[i];
         xv[i] = make_float4(xv[i].x + d.x, xv[i].y + d.y, xv[i].z + d.z, xv[i].w + d.w);
-        store4(x + row, chunk_at(i), dim, xv[i]);
+        store4<A>(x + row, chunk_at(i), dim, xv[i]);
     }
-    norm_store(xv, wn, h, hb, blockIdx.x, dim, eps, red, q);
+    norm_store<A>(xv, wn, h, hb, blockIdx.x, dim, eps, red, q);
 }
 
 /* n floats to bf16, eight a thread at a time (16-byte stores). */
