@@ -339,14 +339,15 @@ static void check_lean_norms(pair *p)
 
 /* rmsnorm (both styles, per head), residual_norm (with and without a
  * norm of y first), softcap, embed, copy_rows; rows of D elements: the
- * norms' vector path (D a multiple of 4), their scalar one, and rows
- * longer than 8192 (more of a row a thread). */
+ * norms' lean instances (D a multiple of 4, bf16 weights; one, two or
+ * eight float4s of a row a thread: D up to 4096, 8192, beyond), their
+ * generic one (D odd; per head: float32 weights). */
 static void check_elementwise(pair *p, int D, int hd)
 {
     const int n = 5;
     both x = input(p, n, D, LMX_DT_F32, 3.0f), w = input(p, 1, D, LMX_DT_BF16, 1.0f);
     both wh = input(p, 1, hd, LMX_DT_F32, 1.0f), o = output(p, n, D), u = input(p, n, D, LMX_DT_F32, 2.0f);
-    both w2 = input(p, 1, D, LMX_DT_F32, 1.0f), h = output(p, n, D);
+    both w2 = input(p, 1, D, LMX_DT_BF16, 1.0f), h = output(p, n, D);
     for (int p1 = 0; p1 < 2; p1++) {
         p->cpu->ops->rmsnorm(p->cpu, o.c, x.c, w.c, n, 1e-6f, p1);
         p->gpu->ops->rmsnorm(p->gpu, o.g, x.g, w.g, n, 1e-6f, p1);
@@ -1145,6 +1146,7 @@ int main(void)
         check_lean_norms(&p);
         check_packed_qkv(&p);
         check_elementwise(&p, 2048, 128);
+        check_elementwise(&p, 6000, 128);
         check_elementwise(&p, 1001, 7);
         check_elementwise(&p, 12000, 96);
         check_attention(&p);
