@@ -516,10 +516,13 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     }
     __syncthreads();
     /* four dimensions of a row a thread (a warp covers whole quantization
-     * groups); rows past the group's are left out, unless quantizing: they
-     * compute nothing but still take part in quant4's shuffles */
-    int rows = oq.xq ? 16 : min(16, nq - f0);
-    for (int i = threadIdx.x; i < rows * (hd / 4); i += blockDim.x) {
+     * groups); rows past the group's are left out, but when quantizing a
+     * warp that holds a row of it goes on whole: its other rows compute
+     * nothing but take part in quant4's shuffles */
+    int items = min(16, nq - f0) * (hd / 4);
+    if (oq.xq)
+        items = (items + 31) / 32 * 32;
+    for (int i = threadIdx.x; i < items; i += blockDim.x) {
         int r = i / (hd / 4), d = i % (hd / 4) * 4, f = f0 + r;
         bool valid = f < nq;
         float M = -INFINITY, L = 1, A[4] = {0, 0, 0, 0};
