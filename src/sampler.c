@@ -20,8 +20,8 @@
  * baseline x86-64, the best the machine has picked when the program loads;
  * its helpers are inlined into each build (INLINE_PASS), so that their
  * loops vectorize at that width. The same IEEE steps in each, never fused
- * (above), so the same bits and draws: 151936 tokens at T 1 took 84, 118
- * and 261 µs on this project's AMD EPYC (docs/sampling.md). */
+ * (above), so the same bits and draws; 2.6 times as fast at T 1 on the
+ * development machine's AVX-512 (bench/RESULTS.md, session 40). */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define PASS_BUILDS __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
