@@ -18,6 +18,17 @@ __global__ void k_embed(float *out, wview table, int rows, const int *ids, int f
  * every load of a row is in flight at once and the row is read once. */
 __device__ __forceinline__ int chunk_at(int i) { return 4 * (threadIdx.x + i * blockDim.x); }
 
+/* Four bf16 (packed, the first in the low half of v.x) as float. */
+__device__ __forceinline__ float4 bf16x4(uint2 v)
+{
+    return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u), __uint_as_float(v.y << 16),
+                       __uint_as_float(v.y & 0xffff0000u));
+}
+
+/* Four elements [4i, 4i + 4) of p as float. */
+__device__ __forceinline__ float4 load4_at(const float *p, size_t i) { return ((const float4 *)p)[i]; }
+__device__ __forceinline__ float4 load4_at(const __nv_bfloat16 *p, size_t i) { return bf16x4(((const uint2 *)p)[i]); }
+
 /* Elements [e, e + 4) of a row of dim floats at p, zero past its end.
  * A: dim is a multiple of 4 (and the norm weights are bf16), known to the
  * compiler, which then leaves out the element-wise paths: less code for a
@@ -63,9 +74,8 @@ __device__ __forceinline__ void load_norm(float4 (&w)[V], const void *p, int dt,
         int e = chunk_at(i);
         float f[4];
         if (A) {
-            uint2 u = e < dim ? *(const uint2 *)((const __nv_bfloat16 *)p + e) : make_uint2(0, 0);
-            float b[4] = {__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                          __uint_as_float(u.y & 0xffff0000u)};
+            float4 v = bf16x4(e < dim ? *(const uint2 *)((const __nv_bfloat16 *)p + e) : make_uint2(0, 0));
+            float b[4] = {v.x, v.y, v.z, v.w};
             for (int k = 0; k < 4; k++)
                 f[k] = plus_one && e < dim ? 1.0f + b[k] : b[k];
         } else {
@@ -174,15 +184,6 @@ __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
     }
     for (size_t i = n / 8 * 8 + first; i < n; i += stride)
         dst[i] = __float2bfloat16_rn(src[i]);
-}
-
-/* Four elements [4i, 4i + 4) of p as float. */
-__device__ __forceinline__ float4 load4_at(const float *p, size_t i) { return ((const float4 *)p)[i]; }
-__device__ __forceinline__ float4 load4_at(const __nv_bfloat16 *p, size_t i)
-{
-    uint2 v = ((const uint2 *)p)[i];
-    return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u), __uint_as_float(v.y << 16),
-                       __uint_as_float(v.y & 0xffff0000u));
 }
 
 /* n bf16 back to float32, four a thread at a time (need_f32). */
