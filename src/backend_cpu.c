@@ -15,6 +15,7 @@
 #include "cpu_matmul.h"
 #include "error.h"
 #include "quant.h"
+#include "sysmem.h"
 #include "threadpool.h"
 
 struct lmx_tensor {
@@ -241,26 +242,12 @@ static size_t cpu_weight_bytes(lmx_backend *be, const lmx_st_tensor *t, const lm
     }
 }
 
-/* The kernel's estimate of the memory it can give without swapping; 0:
- * unknown. */
-static size_t mem_available(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[128];
-    unsigned long long kb = 0;
-    while (f && fgets(line, sizeof line, f) && sscanf(line, "MemAvailable: %llu kB", &kb) != 1)
-        ;
-    if (f)
-        fclose(f);
-    return (size_t)kb * 1024;
-}
-
 /* LMX_ERR_NOMEM when `bytes` of what (a subject and its verb) exceed the
  * memory available, kept as `how`, with what to do. */
 static lmx_status fits_memory(size_t bytes, const char *what, const char *how, const char *hint, lmx_error *err)
 {
-    size_t avail = mem_available();
-    if (!avail || bytes <= avail)
+    size_t avail = lmx_mem_available();
+    if (bytes <= avail)
         return LMX_OK;
     return lmx_fail(err, LMX_ERR_NOMEM, "%s %.1f GB of memory %s, and %.1f GB is available: %s", what,
                     (double)bytes / 1e9, how, (double)avail / 1e9, hint);
