@@ -58,12 +58,11 @@ static void groups_room(const char *mount, const char *path, int v1, unsigned lo
     int n = snprintf(dir, sizeof dir, "%s%s", mount, strcmp(path, "/") ? path : "");
     if (n < 0 || (size_t)n >= sizeof dir || stat(dir, &st) != 0)
         snprintf(dir, sizeof dir, "%s", mount);
-    for (;;) {
+    for (;;) { /* dir is mount and a path that starts with '/' */
         group_room(dir, v1, room);
-        char *slash = strrchr(dir, '/');
-        if (strlen(dir) <= root_len || !slash || (size_t)(slash - dir) < root_len)
+        if (strlen(dir) <= root_len)
             break;
-        *slash = 0;
+        *strrchr(dir, '/') = 0;
     }
 }
 
@@ -74,20 +73,18 @@ size_t lmx_mem_available_at(const char *meminfo, const char *self_cgroup, const 
         room = UINT64_MAX;
     FILE *f = fopen(self_cgroup, "r");
     char line[4096];
-    while (f && fgets(line, sizeof line, f)) { /* "id:controllers:path" */
+    char v1_mount[4096];
+    snprintf(v1_mount, sizeof v1_mount, "%s/memory", root);
+    while (f && fgets(line, sizeof line, f)) { /* "id:controllers:path"; v2's is "0::path" */
         line[strcspn(line, "\n")] = 0;
         char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
         if (!c2 || c2[1] != '/')
             continue;
         *c2 = 0;
-        const char *controllers = c1 + 1, *path = c2 + 1;
-        char mount[4096];
-        if (!*controllers && line[0] == '0' && c1 == line + 1) { /* v2 */
-            groups_room(root, path, 0, &room);
-        } else if (strstr(controllers, "memory")) {
-            snprintf(mount, sizeof mount, "%s/memory", root);
-            groups_room(mount, path, 1, &room);
-        }
+        if (!strcmp(line, "0:"))
+            groups_room(root, c2 + 1, 0, &room);
+        else if (strstr(c1 + 1, "memory"))
+            groups_room(v1_mount, c2 + 1, 1, &room);
     }
     if (f)
         fclose(f);
