@@ -12,6 +12,7 @@
 
 #include "config.h"
 #include "safetensors.h"
+#include "sample_math.h"
 #include "topk.h"
 
 typedef struct lmx_tensor lmx_tensor;   /* defined by each backend */
@@ -107,6 +108,12 @@ typedef struct lmx_backend_ops {
      * memory with room for LMX_TOPK_GROUPS * k (inside a step: done by
      * step_end at the latest). Returns the number of groups. */
     int (*read_topk)(lmx_backend *be, lmx_scored *out, int k, const lmx_tensor *src, int row);
+    /* Sampling with only a temperature and min_p without the logits
+     * (optional, NULL: not offered): row `row` of a float32 tensor weighed
+     * and drawn from as lmx_sampler_sample does for such a sampler, by the
+     * step's draw (step_begin; sample_math.h), the token into host memory.
+     * Only inside a step that has a draw (done by step_end). */
+    void (*read_draw)(lmx_backend *be, int32_t *id, const lmx_tensor *src, int row);
     /* Tensor parallelism (NULL: a backend without it): the first n_rows rows
      * of x become their sum over every rank of the backend's group; every
      * rank calls it, in the same order, from its own thread. */
@@ -117,10 +124,11 @@ typedef struct lmx_backend_ops {
      * Every step of the same (key, flags, n_rows) calls the same ops on the
      * same tensors with the same arguments, positions and ids aside, so a
      * backend may record such a step once and replay it (CUDA graphs); ops
-     * then take pos0 and ids from the step. A backend drops its recordings
-     * when a tensor is freed. step_end reports any failure inside the step. */
+     * then take pos0, ids and read_draw's draw (NULL: none) from the step.
+     * A backend drops its recordings when a tensor is freed. step_end
+     * reports any failure inside the step. */
     void (*step_begin)(lmx_backend *be, const void *key, int flags, const int32_t *ids, int n_rows,
-                       int pos0);
+                       int pos0, const lmx_draw *draw);
     lmx_status (*step_end)(lmx_backend *be, lmx_error *err);
     /* Prefill chunk (rows per forward step) this backend prefers; 0 = the
      * context's default. */

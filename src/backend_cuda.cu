@@ -65,6 +65,8 @@ namespace {
  * a time (64 MB of bf16). */
 enum { WBF_ELEMS = 32 << 20 };
 enum { GEMV_ROWS = 8, MAX_IDS = 4096, MAX_GRAPHS = 16, MAX_ROPES = 8 };
+/* h_step/d_step: the step's draw, 8-byte aligned, after the ids */
+enum { STEP_DRAW = MAX_IDS + 2, STEP_INTS = STEP_DRAW + sizeof(lmx_draw) / sizeof(int) };
 enum step_mode { NO_STEP, EAGER, CAPTURE, REPLAY };
 
 struct graph_entry {
@@ -116,8 +118,11 @@ struct cuda_backend {
     char msg[400];
 
     /* step state: position and ids in device memory, uploaded from pinned */
-    int *h_step, *d_step; /* [0] = pos0, [1..] = ids */
-    lmx_scored *d_best;   /* read_argmax's and read_topk's per-block results */
+    int *h_step, *d_step; /* [0] = pos0, [1..] = ids; at STEP_DRAW the step's lmx_draw */
+    lmx_scored *d_best;   /* read_argmax's and read_topk's per-block results, read_draw's token */
+    double *d_bsum;       /* read_draw's block weights */
+    float *d_bmax;        /* read_draw's block maxima, then the row's */
+    size_t bsum_cap, bmax_cap;
     enum step_mode mode;
     int step_rows, step_pos0;
     graph_entry *cur;
@@ -211,7 +216,7 @@ bool blas_ok(cuda_backend *b, cublasStatus_t s, const char *what)
 }
 
 enum { OP_EMBED = 1, OP_RMSNORM, OP_MATMUL, OP_QK, OP_ATTN, OP_MLP, OP_RESIDUAL, OP_CAP, OP_COPY, OP_READ, OP_REDUCE,
-       OP_ARGMAX, OP_TOPK };
+       OP_ARGMAX, OP_TOPK, OP_DRAW };
 
 void flush_qk(cuda_backend *b);
 
@@ -309,6 +314,7 @@ void launch(cuda_backend *b, void (*kernel)(KArgs...), dim3 grid, dim3 block, si
 /* Kernels ------------------------------------------------------------------ */
 
 #include "cuda_pointwise.cuh"
+#include "cuda_draw.cuh"
 #include "cuda_gemv.cuh"
 #include "cuda_attention.cuh"
 #include "cuda_attention_wg.cuh"
@@ -1589,6 +1595,40 @@ int cuda_read_topk(lmx_backend *be, lmx_scored *out, int k, const lmx_tensor *sr
     return LMX_TOPK_GROUPS;
 }
 
+/* Only the drawn token crosses to the host (cuda_draw.cuh), 4 bytes
+ * instead of the row. */
+void cuda_read_draw(lmx_backend *be, int32_t *id, const lmx_tensor *src, int row)
+{
+    cuda_backend *b = cu(be);
+    bool skip = skip_op(b, OP_DRAW, src, NULL, NULL, row, 0);
+    if (!skip && !need_f32(b, src))
+        return;
+    if (b->mode == NO_STEP) {
+        fail(b, LMX_ERR_INTERNAL, "cuda: read_draw outside a step (the step brings its draw)");
+        return;
+    }
+    int n = src->cols, nb = (n + LMX_SAMPLE_BLOCK - 1) / LMX_SAMPLE_BLOCK, grid = (nb + DRAW_WARPS - 1) / DRAW_WARPS;
+    if (!skip) {
+        if (!grow(b, &b->d_bsum, &b->bsum_cap, (size_t)nb, "read_draw") ||
+            !grow(b, &b->d_bmax, &b->bmax_cap, (size_t)nb + 1, "read_draw"))
+            return;
+        const float *x = f32(src) + (size_t)row * n;
+        const lmx_draw *dr = (const lmx_draw *)(b->d_step + STEP_DRAW);
+        launch(b, k_draw_maxima, grid, DRAW_THREADS, 0, b->d_bmax, x, n, dr);
+        launch(b, k_draw_sums, grid, DRAW_THREADS, 0, b->d_bsum, b->d_bmax, nb, x, n, dr);
+        launch(b, k_draw_pick, 1, DRAW_THREADS, 0, (int32_t *)b->d_best, b->d_bsum, (const float *)b->d_bmax, nb, x, n,
+               dr);
+        launched(b, "read_draw");
+    }
+    pending_read r = {(char *)id, 0, 0, sizeof *id, 1, NULL, NULL};
+    if (!read_direct(b)) {
+        stage_read(b, b->d_best, r, skip);
+        return;
+    }
+    if (ok(b, cudaMemcpyAsync(id, b->d_best, sizeof *id, cudaMemcpyDeviceToHost, b->stream), "read_draw"))
+        ok(b, cudaStreamSynchronize(b->stream), "read_draw");
+}
+
 /* Tensor parallelism: an in-place NCCL all-reduce on the rank's stream
  * (recorded into the step's graph like any kernel). */
 void cuda_all_reduce(lmx_backend *be, lmx_tensor *x, int n_rows)
@@ -1627,7 +1667,8 @@ graph_entry *find_graph(cuda_backend *b, const void *key, int flags)
     return lru;
 }
 
-void cuda_step_begin(lmx_backend *be, const void *key, int flags, const int32_t *ids, int n_rows, int pos0)
+void cuda_step_begin(lmx_backend *be, const void *key, int flags, const int32_t *ids, int n_rows, int pos0,
+                     const lmx_draw *draw)
 {
     cuda_backend *b = cu(be);
     pthread_mutex_lock(&b->lock);
@@ -1653,6 +1694,12 @@ void cuda_step_begin(lmx_backend *be, const void *key, int flags, const int32_t 
     if (!ok(b, cudaMemcpyAsync(b->d_step, b->h_step, (size_t)(n_rows + 1) * sizeof(int), cudaMemcpyHostToDevice,
                                b->stream),
             "step upload"))
+        return;
+    lmx_draw *hd = (lmx_draw *)(b->h_step + STEP_DRAW);
+    if (draw && (*hd = *draw, !ok(b,
+                                  cudaMemcpyAsync(b->d_step + STEP_DRAW, hd, sizeof *hd, cudaMemcpyHostToDevice,
+                                                  b->stream),
+                                  "step upload")))
         return;
     if (n_rows != 1 || getenv("LMX_CUDA_NO_GRAPH"))
         return;
@@ -1734,6 +1781,8 @@ void cuda_destroy(lmx_backend *be)
         lmx_pool_free(b->pool);
     cudaFree(b->d_step);
     cudaFree(b->d_best);
+    cudaFree(b->d_bsum);
+    cudaFree(b->d_bmax);
     cudaFreeHost(b->h_step);
     cudaFreeHost(b->staging);
     free(b->reads);
@@ -1749,7 +1798,7 @@ const lmx_backend_ops cuda_ops = {
     "cuda",           cuda_destroy,       cuda_weight,    cuda_alloc,      cuda_free,
     cuda_embed,       cuda_rmsnorm,       cuda_matmul,    cuda_matmul_multi, cuda_qk_prepare,
     cuda_attention,   cuda_gated_mlp,     cuda_residual_norm, cuda_softcap, cuda_copy_rows,
-    cuda_read,        cuda_read_argmax,   cuda_read_topk,     cuda_all_reduce,    cuda_step_begin,
+    cuda_read,        cuda_read_argmax,   cuda_read_topk,     cuda_read_draw,     cuda_all_reduce,    cuda_step_begin,
     cuda_step_end,
     /* prefill rows: a 4096-token prompt in one chunk (Qwen3-8B: 16.0k tok/s
      * in chunks of 512, 19.2k in one; its activations then take ~0.8 GB) */
@@ -1838,8 +1887,8 @@ extern "C" lmx_backend *lmx_backend_cuda_new(int device, int quant, lmx_error *e
     const char *what = "set device";
     e = cudaSetDevice(device);
     if (e == cudaSuccess && (what = "create stream", e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking)) == cudaSuccess &&
-        (what = "step buffer", e = cudaMallocHost((void **)&b->h_step, (MAX_IDS + 1) * sizeof(int))) == cudaSuccess)
-        what = "step buffer", e = cudaMalloc((void **)&b->d_step, (MAX_IDS + 1) * sizeof(int));
+        (what = "step buffer", e = cudaMallocHost((void **)&b->h_step, STEP_INTS * sizeof(int))) == cudaSuccess)
+        what = "step buffer", e = cudaMalloc((void **)&b->d_step, STEP_INTS * sizeof(int));
     if (e == cudaSuccess)
         what = "argmax and top-k buffer",
         e = cudaMalloc((void **)&b->d_best, (size_t)LMX_TOPK_GROUPS * LMX_TOPK_MAX * sizeof(lmx_scored));

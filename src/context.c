@@ -161,6 +161,19 @@ lmx_status lmx_context_eval_top(lmx_context *c, const int32_t *ids, int n, int k
     return st;
 }
 
+int lmx_context_can_draw(const lmx_context *c) { return lmx_model_can_draw(c->m); }
+
+lmx_status lmx_context_eval_draw(lmx_context *c, const int32_t *ids, int n, const lmx_draw *draw, int32_t *next,
+                                 lmx_error *err)
+{
+    if (!draw || !next)
+        return lmx_fail(err, LMX_ERR_ARG, "lmx_context_eval_draw: draw or next is NULL");
+    if (c && !lmx_context_can_draw(c))
+        return lmx_fail(err, LMX_ERR_UNSUPPORTED, "lmx_context_eval_draw: this model's backend does not draw");
+    lmx_forward_out out = {.draw = draw, .drawn = next};
+    return eval("lmx_context_eval_draw", c, ids, n, &out, err);
+}
+
 lmx_status lmx_context_last_logits(lmx_context *c, float *logits, lmx_error *err)
 {
     if (!c->top_logits)

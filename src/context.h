@@ -3,6 +3,7 @@
 #define LMX_CONTEXT_H
 
 #include "lmx.h"
+#include "sample_math.h"
 #include "topk.h"
 
 /* As lmx_context_new, with prefill split into chunks of at most chunk_rows
@@ -18,6 +19,14 @@ size_t lmx_context_top_capacity(const lmx_context *c, int k);
  * lmx_sampler_sample_top (model.h lmx_forward_out). */
 lmx_status lmx_context_eval_top(lmx_context *c, const int32_t *ids, int n, int k, lmx_scored *top, int *groups,
                                 lmx_error *err);
+/* Whether lmx_context_eval_draw works on c's model (one rank, a backend
+ * that draws: the GPU's). */
+int lmx_context_can_draw(const lmx_context *c);
+/* As lmx_context_eval, with the next token drawn where its logits are, by
+ * `draw` (lmx_sampler_next_draw), into *next: the token lmx_sampler_sample
+ * would draw from those logits. */
+lmx_status lmx_context_eval_draw(lmx_context *c, const int32_t *ids, int n, const lmx_draw *draw, int32_t *next,
+                                 lmx_error *err);
 /* The logits the last lmx_context_eval_top left on its device, for a draw
  * that its best scores cannot decide. */
 lmx_status lmx_context_last_logits(lmx_context *c, float *logits, lmx_error *err);

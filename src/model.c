@@ -597,7 +597,9 @@ static void emit_logits(const lmx_model *m, const lmx_rank *rk, lmx_rank_state *
 static int step_flags(const lmx_forward_out *out)
 {
     if (out->top)
-        return 4 + out->top_k;
+        return 5 + out->top_k;
+    if (out->drawn)
+        return 4;
     if (out->top1)
         return 3;
     return out->logits ? 1 + (out->all_positions != 0) : 0;
@@ -614,7 +616,7 @@ static lmx_status forward_rank(const lmx_model *m, const lmx_rank *rk, lmx_rank_
     float eps = c->rms_eps;
     int p1 = c->norm_plus_one, split = m->n_ranks > 1;
     if (ops->step_begin)
-        ops->step_begin(be, rs, step_flags(out), ids, n, pos0);
+        ops->step_begin(be, rs, step_flags(out), ids, n, pos0, out->drawn ? out->draw : NULL);
     ops->embed(be, rs->x, rk->embed, ids, n, c->embed_scale, rk->plan.vocab0);
     if (split)
         ops->all_reduce(be, rs->x, n);
@@ -652,6 +654,9 @@ static lmx_status forward_rank(const lmx_model *m, const lmx_rank *rk, lmx_rank_
         head_rows(m, rk, rs, n - 1, 1);
         size_t share = (size_t)(rk - m->ranks) * LMX_TOPK_GROUPS * out->top_k; /* the rank's own room */
         rs->top_groups = ops->read_topk(be, out->top + share, out->top_k, rs->logits, 0);
+    } else if (out->drawn) {
+        head_rows(m, rk, rs, n - 1, 1);
+        ops->read_draw(be, out->drawn, rs->logits, 0);
     } else if (out->logits && out->all_positions) {
         emit_logits(m, rk, rs, logits_rows, 0, n, out->logits);
     } else if (out->logits) {
@@ -708,6 +713,8 @@ static int merge_top(const lmx_model *m, const lmx_forward_state *fs, lmx_scored
     return groups;
 }
 
+int lmx_model_can_draw(const lmx_model *m) { return m->n_ranks == 1 && m->ranks[0].be->ops->read_draw; }
+
 size_t lmx_model_top_capacity(const lmx_model *m, int k) { return (size_t)m->n_ranks * LMX_TOPK_GROUPS * k; }
 
 lmx_status lmx_model_last_logits(lmx_model *m, lmx_forward_state *fs, float *logits, lmx_error *err)
@@ -718,7 +725,7 @@ lmx_status lmx_model_last_logits(lmx_model *m, lmx_forward_state *fs, float *log
         int32_t none = 0;
         /* a step of no rows: the backend's lock, and no recording */
         if (be->ops->step_begin)
-            be->ops->step_begin(be, rs, 0, &none, 0, 0);
+            be->ops->step_begin(be, rs, 0, &none, 0, 0, NULL);
         be->ops->read(be, logits + m->ranks[r].plan.vocab0, 0, rs->logits, 0, 1);
         lmx_status st = be->ops->step_end ? be->ops->step_end(be, err) : LMX_OK;
         if (st)
@@ -732,6 +739,8 @@ lmx_status lmx_model_forward(lmx_model *m, lmx_forward_state *fs, const int32_t 
 {
     if (n <= 0 || n > fs->max_rows)
         return lmx_fail(err, LMX_ERR_INTERNAL, "forward: %d rows do not fit a chunk of %d", n, fs->max_rows);
+    if (out->drawn && !lmx_model_can_draw(m))
+        return lmx_fail(err, LMX_ERR_INTERNAL, "forward: a draw asked of a model whose backend cannot draw");
     lmx_status st = LMX_OK;
     if (m->n_ranks == 1) {
         st = forward_rank(m, m->ranks, fs->ranks, fs->logits_rows, ids, n, pos0, out, err);

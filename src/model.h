@@ -77,7 +77,8 @@ lmx_status lmx_forward_state_init(lmx_model *m, lmx_forward_state *fs, int n_ctx
                                   lmx_error *err);
 void lmx_forward_state_free(lmx_model *m, lmx_forward_state *fs);
 
-/* What a forward step gives back: at most one of logits, top1 and top. */
+/* What a forward step gives back: at most one of logits, top1, top and
+ * drawn. */
 typedef struct lmx_forward_out {
     float *logits;     /* the last row's logits (all_positions == 0), or n rows of them */
     int all_positions;
@@ -86,12 +87,18 @@ typedef struct lmx_forward_out {
                         * lmx_model_top_capacity; vocabulary ids */
     int top_k;
     int *top_groups;   /* the number of groups in top */
+    const lmx_draw *draw; /* with drawn: the last row's token drawn where the logits are */
+    int32_t *drawn;       /* (backend.h read_draw; lmx_model_can_draw) */
 } lmx_forward_out;
 
 /* Runs n (<= max_rows) tokens at positions pos0.. through the model, writing
  * their keys and values into the cache. */
 lmx_status lmx_model_forward(lmx_model *m, lmx_forward_state *fs, const int32_t *ids, int n, int pos0,
                              const lmx_forward_out *out, lmx_error *err);
+
+/* Whether a forward step may ask for `drawn`: one rank, whose backend
+ * offers read_draw. */
+int lmx_model_can_draw(const lmx_model *m);
 
 /* Entries a forward step's `top` may need for groups of k. */
 size_t lmx_model_top_capacity(const lmx_model *m, int k);

@@ -9,9 +9,10 @@
 
 #include "argmax.h"
 #include "error.h"
+#include "sample_math.h"
 
-/* Portable bits (see exp_nonpos): gcc in ISO C mode never fuses a*b+c into
- * one rounding; clang does by default where the target has FMA. */
+/* Portable bits (see sample_math.h): gcc in ISO C mode never fuses a*b+c
+ * into one rounding; clang does by default where the target has FMA. */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
@@ -35,7 +36,6 @@ typedef struct {
     float e;    /* exp(s - max score): probability relative to the top token's */
 } cand;
 
-enum { BLOCK = 256 }; /* tokens per partial sum of the dense layout (kept_set) */
 enum { MAXB = 64 };   /* tokens per block maximum (kth_largest) */
 /* Entries a group beyond k + 1 when a repetition penalty may push some of
  * its best below the rest (lmx_sampler_top_request): a group then decides
@@ -49,7 +49,7 @@ struct lmx_sampler {
     uint8_t *seen;   /* [vocab] marks for the repetition penalty, all 0 between calls */
     cand *c;         /* [vocab] candidates; the kept ones end up in c[0..n_kept) */
     float *e;        /* [vocab] exp(score - max score), see kept_set */
-    double *block;   /* [vocab / BLOCK rounded up] sums of e, see kept_set */
+    double *block;   /* [vocab / LMX_SAMPLE_BLOCK rounded up] sums of e, see kept_set */
     float *bmax;     /* [vocab / MAXB rounded up] block maxima of the scores */
 };
 
@@ -77,42 +77,6 @@ static uint64_t next_u64(uint64_t *st) {
 
 /* Uniform in [0, 1) with 53 random bits. */
 static double next_unit(uint64_t *st) { return (double)(next_u64(st) >> 11) * 0x1.0p-53; }
-
-/* exp(x) for x <= 0 in plain IEEE single-precision steps (no libm, no
- * fused multiply-add in ISO C mode): the same bits on every machine, so the
- * same seed draws the same tokens everywhere. Relative error about 1e-7;
- * 0 below -87 (where expf leaves the normal range). The range test works on
- * the bits, as float comparisons in a select keep gcc from vectorizing the
- * loop over the vocabulary. */
-static INLINE_PASS float exp_nonpos(float x) {
-    const float log2e = 1.44269504f, ln2_hi = 0.693145751953125f, ln2_lo = 1.42860677e-6f;
-    const uint32_t lim = 0x42AE0000u; /* 87.0f */
-    uint32_t mag;
-    memcpy(&mag, &x, sizeof mag);
-    mag &= 0x7FFFFFFFu;
-    uint32_t keep = 0u - (uint32_t)(mag <= lim);
-    mag = (mag <= lim ? mag : lim) | 0x80000000u; /* -min(|x|, 87) */
-    float xc;
-    memcpy(&xc, &mag, sizeof xc);
-    float k = (xc * log2e + 0x1.8p23f) - 0x1.8p23f; /* round to nearest integer */
-    float r = (xc - k * ln2_hi) - k * ln2_lo;      /* |r| <= ln2/2 */
-    float q = 1.0f / 5040;                          /* Taylor series to r^7 */
-    q = q * r + 1.0f / 720;
-    q = q * r + 1.0f / 120;
-    q = q * r + 1.0f / 24;
-    q = q * r + 1.0f / 6;
-    q = q * r + 0.5f;
-    q = q * r + 1.0f;
-    q = q * r + 1.0f;
-    uint32_t bits = (uint32_t)((int32_t)k + 127) << 23; /* 2^k, k >= -126 */
-    float scale, y;
-    memcpy(&scale, &bits, sizeof scale);
-    y = q * scale;
-    memcpy(&bits, &y, sizeof bits);
-    bits &= keep;
-    memcpy(&y, &bits, sizeof y);
-    return y;
-}
 
 /* ---- construction ------------------------------------------------------- */
 
@@ -147,7 +111,7 @@ lmx_status lmx_sampler_new(const lmx_sampler_params *p, int vocab_size, lmx_samp
         s->seen = calloc((size_t)vocab_size, 1);
         s->c = malloc((size_t)vocab_size * sizeof *s->c);
         s->e = malloc((size_t)vocab_size * sizeof *s->e);
-        s->block = malloc(((size_t)vocab_size / BLOCK + 1) * sizeof *s->block);
+        s->block = malloc(((size_t)vocab_size / LMX_SAMPLE_BLOCK + 1) * sizeof *s->block);
         s->bmax = malloc(((size_t)vocab_size / MAXB + 1) * sizeof *s->bmax);
     }
     if (!s || !s->seen || !s->c || !s->e || !s->block || !s->bmax) {
@@ -336,28 +300,18 @@ static INLINE_PASS double sum_block(const float *e, size_t n) {
             part[j] += e[i + j];
     for (; i < n; i++)
         part[0] += e[i];
-    return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    return lmx_sum8(part);
 }
 
 /* Tokens in block b of the dense layout (kept_set). */
 static size_t block_len(const lmx_sampler *s, size_t b) {
-    size_t lo = b * BLOCK;
-    return (size_t)s->vocab - lo < BLOCK ? (size_t)s->vocab - lo : BLOCK;
-}
-
-/* TemperatureLogitsWarper; then NaN -> -inf (never drawn) and +inf ->
- * FLT_MAX (so that the exponentials stay finite: such tokens share the
- * mass). Never decreasing in x, which lmx_sampler_sample_top relies on. */
-static INLINE_PASS float warped(float x, float t)
-{
-    float v = t != 1.0f ? x / t : x;
-    v = v != v ? -INFINITY : v;
-    return v == INFINITY ? FLT_MAX : v;
+    size_t lo = b * LMX_SAMPLE_BLOCK;
+    return (size_t)s->vocab - lo < LMX_SAMPLE_BLOCK ? (size_t)s->vocab - lo : LMX_SAMPLE_BLOCK;
 }
 
 /* The kept tokens and their weights (probability relative to the top
  * token's), in one of two layouts. dense: token i has weight e[i] (0 when
- * removed), in blocks of BLOCK whose sums are block[]; used when no top-k or
+ * removed), in blocks of LMX_SAMPLE_BLOCK whose sums are block[]; used when no top-k or
  * top-p applies, which saves gathering the vocabulary. Otherwise c[0..n). */
 typedef struct {
     int dense;
@@ -404,7 +358,7 @@ PASS_BUILDS static kept_set process(lmx_sampler *s, float *x) {
     /* Each its own loop, so that each vectorizes. */
     const float t = p->temperature;
     for (int i = 0; i < V; i++)
-        x[i] = warped(x[i], t);
+        x[i] = lmx_warped(x[i], t);
     uint32_t n_finite = 0;
     for (int i = 0; i < V; i++)
         n_finite += x[i] > -INFINITY;
@@ -419,9 +373,9 @@ PASS_BUILDS static kept_set process(lmx_sampler *s, float *x) {
         /* Dense: the relative probabilities of all tokens (-inf gives 0), in
          * a loop that vectorizes; MinPLogitsWarper (see below) in place. */
         for (int i = 0; i < V; i++)
-            e[i] = exp_nonpos(x[i] - smax);
+            e[i] = lmx_exp_nonpos(x[i] - smax);
         if (p->min_p > 0) {
-            /* On the bits, as exp_nonpos does, so that gcc vectorizes it
+            /* On the bits, as lmx_exp_nonpos does, so that gcc vectorizes it
              * rather than branching on every token (on flat rows such a
              * branch mispredicts often: 0.5 ms of 0.77 for a 151936-token
              * row, session 39). Weights are >= 0, whose bits order as the
@@ -440,8 +394,8 @@ PASS_BUILDS static kept_set process(lmx_sampler *s, float *x) {
             }
         }
         double total = 0;
-        for (size_t b = 0; b * BLOCK < (size_t)V; b++) {
-            s->block[b] = sum_block(e + b * BLOCK, block_len(s, b));
+        for (size_t b = 0; b * LMX_SAMPLE_BLOCK < (size_t)V; b++) {
+            s->block[b] = sum_block(e + b * LMX_SAMPLE_BLOCK, block_len(s, b));
             total += s->block[b];
         }
         return (kept_set){1, (size_t)V, total};
@@ -456,14 +410,14 @@ PASS_BUILDS static kept_set process(lmx_sampler *s, float *x) {
         for (int b = 0; b * MAXB < V; b++) /* only blocks that reach kth hold kept tokens */
             for (int i = b * MAXB; s->bmax[b] >= kth && i < V && i < (b + 1) * MAXB; i++)
                 if (x[i] >= kth)
-                    c[n++] = (cand){x[i], i, exp_nonpos(x[i] - smax)};
+                    c[n++] = (cand){x[i], i, lmx_exp_nonpos(x[i] - smax)};
     } else {
         /* Top-p alone. The nucleus is a prefix in rank order; tokens more
          * than 20 below the top weigh < e^-19 each, so when the others are
          * sure to hold top_p of the mass (margin for rounding), only they
          * are gathered: usually a few thousand tokens, not the vocabulary. */
         for (int i = 0; i < V; i++)
-            e[i] = exp_nonpos(x[i] - smax);
+            e[i] = lmx_exp_nonpos(x[i] - smax);
         double total = sum_block(e, (size_t)V);
         float floor_s = total - V * 5.6027964e-9 >= (double)p->top_p * total * (1 + 1e-6)
                             ? smax - 20
@@ -494,7 +448,7 @@ static int32_t draw(const lmx_sampler *s, kept_set k, double target) {
     if (k.dense) {
         double acc = 0;
         for (size_t b = 0;; b++) {
-            size_t lo = b * BLOCK, hi = lo + block_len(s, b);
+            size_t lo = b * LMX_SAMPLE_BLOCK, hi = lo + block_len(s, b);
             /* acc + block[b] repeats process()'s sum for total exactly, so
              * the last block is never passed over */
             if (hi < (size_t)s->vocab && !(target < acc + s->block[b])) {
@@ -576,7 +530,7 @@ int lmx_sampler_top_request(const lmx_sampler *s) {
 static int left_out_below(const lmx_scored *top, int groups, int per, float bar, int greedy, float t) {
     for (int g = 0; g < groups; g++) {
         lmx_scored last = top[(size_t)g * per + per - 1];
-        if (last.col >= 0 && !((greedy ? last.score : warped(last.score, t)) < bar))
+        if (last.col >= 0 && !((greedy ? last.score : lmx_warped(last.score, t)) < bar))
             return 0;
     }
     return 1;
@@ -597,7 +551,7 @@ static int32_t top_argmax(const cand *c, size_t n, const lmx_scored *top, int gr
 /* Min-p alone from the candidates c[0..n) (processed; largest smax). A
  * token a full group left out ranks after the group's last entry, so when
  * that entry (unpenalized, warped) weighs under min_p, with room for
- * exp_nonpos's rounding, nothing left out is kept, and the top token is a
+ * lmx_exp_nonpos's rounding, nothing left out is kept, and the top token is a
  * candidate. The kept ones then go into the dense layout as process() lays
  * out every token: their blocks' weights (the others' stay 0, as removed
  * tokens' are), block sums by sum_block and their total in block order, so
@@ -608,15 +562,15 @@ static int32_t min_p_draw(lmx_sampler *s, size_t n, float smax, const lmx_scored
         return -1;
     for (int g = 0; g < groups; g++) {
         lmx_scored last = top[(size_t)g * per + per - 1];
-        float v = warped(last.score, t);
-        if (last.col >= 0 && !(v < smax && exp_nonpos(v - smax) < min_p * (1 - 1e-5f)))
+        float v = lmx_warped(last.score, t);
+        if (last.col >= 0 && !(v < smax && lmx_exp_nonpos(v - smax) < min_p * (1 - 1e-5f)))
             return -1;
     }
-    const size_t V = (size_t)s->vocab, nb = (V + BLOCK - 1) / BLOCK;
+    const size_t V = (size_t)s->vocab, nb = (V + LMX_SAMPLE_BLOCK - 1) / LMX_SAMPLE_BLOCK;
     cand *c = s->c;
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
-        float e = exp_nonpos(c[i].s - smax); /* 0 for -inf */
+        float e = lmx_exp_nonpos(c[i].s - smax); /* 0 for -inf */
         if (e >= min_p)
             c[m++] = (cand){c[i].s, c[i].id, e};
     }
@@ -625,9 +579,9 @@ static int32_t min_p_draw(lmx_sampler *s, size_t n, float smax, const lmx_scored
     /* clear the blocks that hold a kept token, and the last one, which
      * draw() walks whenever it reaches it */
     for (size_t i = 0; i <= m; i++) {
-        size_t b = i < m ? (size_t)c[i].id / BLOCK : nb - 1;
+        size_t b = i < m ? (size_t)c[i].id / LMX_SAMPLE_BLOCK : nb - 1;
         if (s->block[b] == 0) {
-            memset(s->e + b * BLOCK, 0, block_len(s, b) * sizeof *s->e);
+            memset(s->e + b * LMX_SAMPLE_BLOCK, 0, block_len(s, b) * sizeof *s->e);
             s->block[b] = 1;
         }
     }
@@ -636,7 +590,7 @@ static int32_t min_p_draw(lmx_sampler *s, size_t n, float smax, const lmx_scored
     double total = 0;
     for (size_t b = 0; b < nb; b++) {
         if (s->block[b] != 0)
-            s->block[b] = sum_block(s->e + b * BLOCK, block_len(s, b));
+            s->block[b] = sum_block(s->e + b * LMX_SAMPLE_BLOCK, block_len(s, b));
         total += s->block[b];
     }
     kept_set kept = {1, V, total};
@@ -645,7 +599,7 @@ static int32_t min_p_draw(lmx_sampler *s, size_t n, float smax, const lmx_scored
 
 /* The union of the groups holds the k best tokens (each is among the best
  * of its own group), so its k-th largest processed score is the
- * vocabulary's: neither warped() nor a penalty of at least 1 raises a
+ * vocabulary's: neither lmx_warped() nor a penalty of at least 1 raises a
  * score, and a token a group left out ranks after that group's last
  * entry, before or after the penalty. While that entry, unpenalized, warps
  * to less than the k-th, nothing left out would be kept. */
@@ -666,7 +620,7 @@ int32_t lmx_sampler_sample_top(lmx_sampler *s, const lmx_scored *top, int groups
             if (e.col < 0 || e.col >= s->vocab)
                 continue;
             float x = penalty && s->seen[e.col] ? penalized(e.score, pen) : e.score;
-            float v = greedy ? x : warped(x, t);
+            float v = greedy ? x : lmx_warped(x, t);
             c[n++] = (cand){v, e.col, 0};
             n_finite += v > -INFINITY;
             smax = v > smax ? v : smax;
@@ -689,7 +643,7 @@ int32_t lmx_sampler_sample_top(lmx_sampler *s, const lmx_scored *top, int groups
     size_t m = 0;
     for (size_t i = 0; i < n; i++)
         if (c[i].s >= kth) {
-            cand v = {c[i].s, c[i].id, exp_nonpos(c[i].s - smax)};
+            cand v = {c[i].s, c[i].id, lmx_exp_nonpos(c[i].s - smax)};
             size_t at = m++;
             for (; at > 0 && c[at - 1].id > v.id; at--)
                 c[at] = c[at - 1];
@@ -697,4 +651,14 @@ int32_t lmx_sampler_sample_top(lmx_sampler *s, const lmx_scored *top, int groups
         }
     kept_set kept = narrow(s, m, 1, 0);
     return draw(s, kept, next_unit(s->rng) * kept.total);
+}
+
+int lmx_sampler_draws_dense(const lmx_sampler *s) {
+    const lmx_sampler_params *p = &s->p;
+    return p->temperature > 0 && (p->top_k == 0 || p->top_k >= s->vocab) && p->top_p >= 1.0f &&
+           p->repetition_penalty == 1.0f;
+}
+
+lmx_draw lmx_sampler_next_draw(lmx_sampler *s) {
+    return (lmx_draw){s->p.temperature, s->p.min_p, next_unit(s->rng)};
 }

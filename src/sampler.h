@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "lmx.h"
+#include "sample_math.h"
 #include "topk.h"
 
 typedef struct {
@@ -63,6 +64,16 @@ int lmx_sampler_top_request(const lmx_sampler *s);
  * sample the whole logits instead. */
 int32_t lmx_sampler_sample_top(lmx_sampler *s, const lmx_scored *top, int groups, int per,
                                const int32_t *history, size_t n_history);
+
+/* Whether lmx_sampler_sample needs no more than a temperature and min_p
+ * (no top-k, top-p or repetition penalty; not greedy): it then weighs the
+ * whole row in a fixed order (sample_math.h), which a backend's read_draw
+ * repeats where the logits are, drawing the same token. */
+int lmx_sampler_draws_dense(const lmx_sampler *s);
+
+/* The next such draw: s's parameters and a uniform number, which advances
+ * the random state as lmx_sampler_sample would. */
+lmx_draw lmx_sampler_next_draw(lmx_sampler *s);
 
 /* The distribution lmx_sampler_sample draws from: the same processing,
  * then probs[vocab_size] gets the final probabilities (0 for removed

@@ -30,7 +30,8 @@ struct lmx_stream {
     float *logits;
     lmx_sampler *sampler;
     int greedy;          /* argmax without a penalty: only the next id is asked for */
-    int32_t next;        /* that id, when greedy */
+    int draws;           /* with only a temperature and min-p on a backend that draws: it picks the token */
+    int32_t next;        /* that id, when greedy or drawn by the backend */
     int top_per;         /* else, with top-k, min-p alone or greedy with a penalty: groups of this many best scores */
     lmx_scored *top;     /* those groups (lmx_sampler_sample_top), top_groups of them */
     int top_groups;
@@ -162,6 +163,10 @@ static lmx_status prepare(lmx_stream *s)
             return err->code;
         s->owns_ctx = 1;
     }
+    if (!s->greedy && lmx_sampler_draws_dense(s->sampler) && lmx_context_can_draw(s->ctx)) {
+        s->draws = 1;
+        s->top_per = 0; /* min-p alone: no best scores needed either */
+    }
     if (s->n_prompt > lmx_context_capacity(s->ctx))
         return lmx_fail(err, LMX_ERR_RANGE, "the prompt of %d tokens does not fit the context of %d",
                         s->n_prompt, lmx_context_capacity(s->ctx));
@@ -213,13 +218,18 @@ static int cancelled(lmx_stream *s)
 }
 
 /* Evaluates n tokens: the next token's scores into s->logits, or what
- * choosing it needs: when greedy only its id into s->next, with top-k (or
- * min-p alone, or greedy with a penalty) its best scores into s->top
- * (little comes back from a GPU), unless those are waiting out a failure. */
+ * choosing it needs: when greedy, or drawn where the logits are, only its
+ * id into s->next; with top-k (or min-p alone, or greedy with a penalty)
+ * its best scores into s->top (little comes back from a GPU), unless
+ * those are waiting out a failure. */
 static lmx_status eval_tokens(lmx_stream *s, const int32_t *ids, int n)
 {
     if (s->greedy)
         return lmx_context_eval_argmax(s->ctx, ids, n, &s->next, &s->err);
+    if (s->draws) { /* the draw's random number is taken now, as choose() would */
+        lmx_draw d = lmx_sampler_next_draw(s->sampler);
+        return lmx_context_eval_draw(s->ctx, ids, n, &d, &s->next, &s->err);
+    }
     if (s->top_per && !s->top_wait)
         return lmx_context_eval_top(s->ctx, ids, n, s->top_per, s->top, &s->top_groups, &s->err);
     return lmx_context_eval(s->ctx, ids, n, s->logits, 0, &s->err);
@@ -233,7 +243,7 @@ static lmx_status eval_tokens(lmx_stream *s, const int32_t *ids, int n)
 enum { TOP_BACKOFF_MAX = 63 };
 static int32_t choose(lmx_stream *s)
 {
-    if (s->greedy)
+    if (s->greedy || s->draws)
         return s->next;
     if (s->top_per && !s->top_wait) {
         int32_t id = lmx_sampler_sample_top(s->sampler, s->top, s->top_groups, s->top_per, s->tokens,

@@ -14,6 +14,7 @@
 #include "context.h"
 #include "lmx.h"
 #include "safetensors.h"
+#include "sampler.h"
 #include "testutil.h"
 
 #ifdef LMX_HAVE_CUDA
@@ -294,7 +295,7 @@ static void check_stale_gate(pair *p)
     int32_t ids[64] = {0};
     lmx_backend *be = p->gpu;
     lmx_error err = {0};
-    be->ops->step_begin(be, &err, 0, ids, rows, 0);
+    be->ops->step_begin(be, &err, 0, ids, rows, 0, NULL);
     be->ops->gated_mlp(be, g.g, u.g, x.g, wg.g, wu.g, rows, LMX_ACT_SILU);
     be->ops->rmsnorm(be, h.g, x.g, wn.g, rows, 1e-6f, 0); /* its bf16 copy replaces the gate's */
     float *out = malloc((size_t)rows * N * 4);
@@ -777,6 +778,7 @@ static void check_prompt(lmx_model *m, lmx_st_set *r, int k, int chunk, int rows
         test_greedy(m, c, rows, ids, L, logits + (size_t)(L - 1) * V, V, test_ref(r, k, "greedy"),
                     test_ref(r, k, "margin")->data, greedy_margin, tag);
         test_sampled(m, rows, ids, L, 6, tag);
+        CHECK(test_drawn(m, rows, ids, L, 6, tag) == 18, "%s: not every draw was made on the GPU", tag);
     }
     lmx_context_free(c);
     free(logits);
@@ -957,6 +959,62 @@ static void check_topk(pair *p)
     }
     free(d);
     free(got);
+}
+
+/* read_draw: the GPU draws the token the host sampler draws from the same
+ * row with the same uniform number (two samplers of one seed), for a
+ * temperature alone and with min-p, on rows of Qwen3's and Gemma3's
+ * vocabulary sizes and of sizes that leave a short last block and a tail
+ * past its last 8 tokens: random; NaN scattered and +inf twice (they share
+ * the mass); all -inf; all NaN; one finite score. The first step of each
+ * row runs eagerly, the second is recorded, the rest replay the
+ * recording with new draws. */
+static void check_draw(pair *p)
+{
+    enum { ROWS = 5, MAXV = 262144, DRAWS = 40 };
+    const int sizes[] = {151936, 262144, 70003, 1001};
+    const float temps[] = {1.0f, 0.7f, 1.6f}, min_ps[] = {0, 0.05f, 0.5f};
+    float *d = malloc((size_t)ROWS * MAXV * 4), *row = malloc((size_t)MAXV * 4), nan = NAN;
+    lmx_backend *be = p->gpu;
+    int32_t ids[1] = {0};
+    for (int vs = 0; vs < 4 && d && row; vs++) {
+        int V = sizes[vs];
+        for (int r = 0; r < ROWS; r++)
+            for (int i = 0; i < V; i++)
+                d[(size_t)r * V + i] = r == 1 ? (i % 89 == 0 ? nan : i == V / 2 || i == V - 1 ? INFINITY : frand() * 8)
+                                     : r == 2 ? -INFINITY
+                                     : r == 3 ? nan
+                                     : r == 4 ? (i == V - 3 ? 1.5f : -INFINITY)
+                                              : frand() * 8;
+        both b = bound(p, ROWS, V, d);
+        for (int r = 0; r < ROWS; r++)
+            for (int c = 0; c < 9; c++) {
+                lmx_sampler_params sp = {temps[c % 3], 0, 1, min_ps[c / 3], 1, (uint64_t)(1000 * vs + 10 * r + c)};
+                lmx_sampler *host = NULL, *gpu = NULL;
+                lmx_error err = {0};
+                lmx_sampler_new(&sp, V, &host, &err);
+                lmx_sampler_new(&sp, V, &gpu, &err);
+                CHECK(host && gpu && lmx_sampler_draws_dense(gpu), "draw: sampler: %s", err.message);
+                int bad = 0;
+                for (int k = 0; k < DRAWS && host && gpu && !bad; k++) {
+                    memcpy(row, d + (size_t)r * V, (size_t)V * 4);
+                    int32_t want = lmx_sampler_sample(host, row, NULL, 0), got = -1;
+                    lmx_draw dr = lmx_sampler_next_draw(gpu);
+                    be->ops->step_begin(be, d + (size_t)r * V, 4, ids, 1, 0, &dr); /* one recording a row */
+                    be->ops->read_draw(be, &got, b.g, r);
+                    lmx_status st = be->ops->step_end(be, &err);
+                    bad = st != LMX_OK || got != want;
+                    CHECK(!bad, "draw V %d row %d T %g min-p %g draw %d: gpu %d (%s), host %d", V, r,
+                          sp.temperature, sp.min_p, k, got, st ? err.message : "ok", want);
+                }
+                lmx_sampler_free(host);
+                lmx_sampler_free(gpu);
+            }
+        b.host = NULL; /* d is refilled for the next size, freed below */
+        drop(p, &b);
+    }
+    free(d);
+    free(row);
 }
 
 #ifdef LMX_HAVE_CUDA
@@ -1152,6 +1210,7 @@ int main(void)
         check_attention(&p);
         check_argmax(&p);
         check_topk(&p);
+        check_draw(&p);
     }
     if (p.gpu)
         p.gpu->ops->destroy(p.gpu);

@@ -107,7 +107,17 @@ static void check_prompt(lmx_model *m, const lmx_st_set *r, int k, int chunk, in
         test_greedy(m, c, rows, ids, L, logits + (size_t)(L - 1) * V, V, test_ref(r, k, "greedy"),
                     test_ref(r, k, "margin")->data, greedy_margin, tag);
         if (rows == 3 && !pass.kv_f16 && !pass.mmap_weights && !pass.prefill_bf16) /* prefill in chunks */
+        {
             test_sampled(m, rows, ids, L, 6, tag);
+            /* the CPU draws on the host: the context says so, and refuses */
+            lmx_error err = {0};
+            lmx_draw d = {1, 0, 0.5};
+            int32_t next = -1;
+            CHECK(!lmx_context_can_draw(c) && test_drawn(m, rows, ids, L, 2, tag) == 0 &&
+                      lmx_context_eval_draw(c, ids, 1, &d, &next, &err) == LMX_ERR_UNSUPPORTED &&
+                      strstr(err.message, "does not draw") && next == -1,
+                  "%s: a CPU context drew where the logits are (%s)", tag, err.message);
+        }
     }
     lmx_context_free(c);
     free(logits);

@@ -187,6 +187,46 @@ void test_sampled(lmx_model *m, int rows, const int32_t *ids, int L, int steps, 
     free(hist);
 }
 
+int test_drawn(lmx_model *m, int rows, const int32_t *ids, int L, int steps, const char *tag)
+{
+    const lmx_sampler_params cases[] = {{1.0f, 0, 1, 0, 1, 31}, {0.7f, 0, 1, 0.05f, 1, 32}, {1.5f, 0, 1, 0, 1, 33}};
+    int V = lmx_model_vocab_size(m), drawn = 0;
+    float *whole = malloc((size_t)V * sizeof *whole);
+    int32_t *hist = malloc((size_t)(L + steps) * sizeof *hist);
+    for (size_t k = 0; k < sizeof cases / sizeof *cases && whole && hist; k++) {
+        lmx_error err = {0};
+        lmx_context *cd = lmx_context_new_chunked(m, L + steps, rows, &err), *cw = lmx_context_new_chunked(m, L + steps, rows, &err);
+        lmx_sampler *sd = NULL, *sw = NULL;
+        lmx_sampler_new(&cases[k], V, &sd, &err);
+        lmx_sampler_new(&cases[k], V, &sw, &err);
+        CHECK(cd && cw && sd && sw && lmx_sampler_draws_dense(sd), "%s: draw setup: %s", tag, err.message);
+        memcpy(hist, ids, (size_t)L * sizeof *hist);
+        const int32_t *in = ids;
+        int32_t next = -1;
+        for (int s = 0, n = L; s < steps && cd && cw && sd && sw && lmx_context_can_draw(cd); s++, in = &next, n = 1) {
+            lmx_draw d = lmx_sampler_next_draw(sd);
+            int32_t got = -1;
+            lmx_status st = lmx_context_eval_draw(cd, in, n, &d, &got, &err);
+            CHECK(st == LMX_OK, "%s: eval_draw: %s", tag, err.message);
+            CHECK(lmx_context_eval(cw, in, n, whole, 0, &err) == LMX_OK, "%s: eval: %s", tag, err.message);
+            next = lmx_sampler_sample(sw, whole, hist, (size_t)(L + s));
+            CHECK(got == next, "%s draw case %zu step %d: the backend drew %d, the host %d", tag, k, s, (int)got,
+                  (int)next);
+            drawn += st == LMX_OK;
+            hist[L + s] = next;
+            if (st != LMX_OK)
+                break;
+        }
+        lmx_sampler_free(sd);
+        lmx_sampler_free(sw);
+        lmx_context_free(cd);
+        lmx_context_free(cw);
+    }
+    free(whole);
+    free(hist);
+    return drawn;
+}
+
 void test_fixed_ids(int32_t *ids, int n, int V)
 {
     for (int i = 0; i < n; i++)

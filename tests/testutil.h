@@ -62,6 +62,12 @@ void test_greedy(lmx_model *m, lmx_context *c, int rows, const int32_t *ids, int
  * eval_top leaves for an undecided draw (lmx_context_last_logits) the
  * same bits as eval's. */
 void test_sampled(lmx_model *m, int rows, const int32_t *ids, int L, int steps, const char *tag);
+/* Draws where the logits are (lmx_context_eval_draw, as streams with only
+ * a temperature and min-p do on a GPU) against the host sampler on the
+ * whole logits: the same prompt, then `steps` tokens drawn by the same
+ * seed, must be the same tokens. Returns the draws made: 0 where the
+ * model's backend cannot draw. */
+int test_drawn(lmx_model *m, int rows, const int32_t *ids, int L, int steps, const char *tag);
 /* Logit tolerance with the float16 KV cache (lmx_load_options.kv_f16),
  * relative to max(1, max |logit|) of a row. float16 rounds each key and
  * value by up to 2^-11 relative. Measured worst against transformers over
