@@ -11,11 +11,8 @@
 #include "error.h"
 #include "sample_math.h"
 
-/* Portable bits (see sample_math.h): gcc in ISO C mode never fuses a*b+c
- * into one rounding; clang does by default where the target has FMA. */
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#endif
+/* Portable bits: gcc in ISO C mode never fuses a*b+c into one rounding,
+ * and sample_math.h turns clang's fusing off for the rest of this file. */
 
 /* The pass over the whole row (process) is built for AVX-512, AVX2 and
  * baseline x86-64, the best the machine has picked when the program loads;
