@@ -1695,12 +1695,13 @@ void cuda_step_begin(lmx_backend *be, const void *key, int flags, const int32_t 
                                b->stream),
             "step upload"))
         return;
-    lmx_draw *hd = (lmx_draw *)(b->h_step + STEP_DRAW);
-    if (draw && (*hd = *draw, !ok(b,
-                                  cudaMemcpyAsync(b->d_step + STEP_DRAW, hd, sizeof *hd, cudaMemcpyHostToDevice,
-                                                  b->stream),
-                                  "step upload")))
-        return;
+    if (draw) {
+        lmx_draw *hd = (lmx_draw *)(b->h_step + STEP_DRAW);
+        *hd = *draw;
+        if (!ok(b, cudaMemcpyAsync(b->d_step + STEP_DRAW, hd, sizeof *hd, cudaMemcpyHostToDevice, b->stream),
+                "step upload"))
+            return;
+    }
     if (n_rows != 1 || getenv("LMX_CUDA_NO_GRAPH"))
         return;
     graph_entry *g = find_graph(b, key, flags);

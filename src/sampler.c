@@ -502,12 +502,15 @@ void lmx_sampler_probs(lmx_sampler *s, float *logits, const int32_t *history, si
         probs[s->c[i].id] = (float)(s->c[i].e / k.total);
 }
 
-/* Min-p is the only filter (with a temperature): process() keeps tokens
- * in the dense layout then. */
-static int min_p_alone(const lmx_sampler *s) {
+/* A temperature and neither top-k nor top-p: process() keeps tokens in
+ * the dense layout then. */
+static int no_rank_filter(const lmx_sampler *s) {
     const lmx_sampler_params *p = &s->p;
-    return p->temperature > 0 && p->min_p > 0 && (p->top_k == 0 || p->top_k >= s->vocab) && p->top_p >= 1.0f;
+    return p->temperature > 0 && (p->top_k == 0 || p->top_k >= s->vocab) && p->top_p >= 1.0f;
 }
+
+/* Min-p is the only filter (with a temperature). */
+static int min_p_alone(const lmx_sampler *s) { return no_rank_filter(s) && s->p.min_p > 0; }
 
 int lmx_sampler_top_request(const lmx_sampler *s) {
     const lmx_sampler_params *p = &s->p;
@@ -650,11 +653,7 @@ int32_t lmx_sampler_sample_top(lmx_sampler *s, const lmx_scored *top, int groups
     return draw(s, kept, next_unit(s->rng) * kept.total);
 }
 
-int lmx_sampler_draws_dense(const lmx_sampler *s) {
-    const lmx_sampler_params *p = &s->p;
-    return p->temperature > 0 && (p->top_k == 0 || p->top_k >= s->vocab) && p->top_p >= 1.0f &&
-           p->repetition_penalty == 1.0f;
-}
+int lmx_sampler_draws_dense(const lmx_sampler *s) { return no_rank_filter(s) && s->p.repetition_penalty == 1.0f; }
 
 lmx_draw lmx_sampler_next_draw(lmx_sampler *s) {
     return (lmx_draw){s->p.temperature, s->p.min_p, next_unit(s->rng)};

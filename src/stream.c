@@ -163,7 +163,7 @@ static lmx_status prepare(lmx_stream *s)
             return err->code;
         s->owns_ctx = 1;
     }
-    if (!s->greedy && lmx_sampler_draws_dense(s->sampler) && lmx_context_can_draw(s->ctx)) {
+    if (lmx_sampler_draws_dense(s->sampler) && lmx_context_can_draw(s->ctx)) { /* never greedy: T > 0 */
         s->draws = 1;
         s->top_per = 0; /* min-p alone: no best scores needed either */
     }

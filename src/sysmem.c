@@ -6,9 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* The number after `key` on a line of the file ("key N"), times unit; 0
- * when the file, the key or a number is missing (a limit of "max" too). */
-static unsigned long long file_value(const char *path, const char *key, unsigned long long unit)
+unsigned long long lmx_file_value(const char *path, const char *key, unsigned long long unit)
 {
     FILE *f = fopen(path, "r");
     char line[256];
@@ -34,13 +32,13 @@ static void group_room(const char *dir, int v1, unsigned long long *room)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, v1 ? "memory.limit_in_bytes" : "memory.max");
-    unsigned long long limit = file_value(path, "", 1);
+    unsigned long long limit = lmx_file_value(path, "", 1);
     if (limit == 0 || limit >= (1ull << 62))
         return;
     snprintf(path, sizeof path, "%s/%s", dir, v1 ? "memory.usage_in_bytes" : "memory.current");
-    unsigned long long used = file_value(path, "", 1);
+    unsigned long long used = lmx_file_value(path, "", 1);
     snprintf(path, sizeof path, "%s/memory.stat", dir);
-    unsigned long long cache = file_value(path, v1 ? "total_inactive_file" : "inactive_file", 1);
+    unsigned long long cache = lmx_file_value(path, v1 ? "total_inactive_file" : "inactive_file", 1);
     used = cache < used ? used - cache : 0;
     unsigned long long left = used < limit ? limit - used : 0;
     if (left < *room)
@@ -68,7 +66,7 @@ static void groups_room(const char *mount, const char *path, int v1, unsigned lo
 
 size_t lmx_mem_available_at(const char *meminfo, const char *self_cgroup, const char *root)
 {
-    unsigned long long room = file_value(meminfo, "MemAvailable:", 1024);
+    unsigned long long room = lmx_file_value(meminfo, "MemAvailable:", 1024);
     if (room == 0)
         room = UINT64_MAX;
     FILE *f = fopen(self_cgroup, "r");

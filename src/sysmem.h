@@ -16,4 +16,10 @@ size_t lmx_mem_available(void);
  * /proc/meminfo, self_cgroup as /proc/self/cgroup, root as /sys/fs/cgroup. */
 size_t lmx_mem_available_at(const char *meminfo, const char *self_cgroup, const char *root);
 
+/* The number after `key` on the first line of the file that starts with it
+ * ("key N", as in /proc/meminfo, /proc/self/status, cgroup files), times
+ * unit; 0 when the file, the key or a number is missing (a limit of "max"
+ * too). */
+unsigned long long lmx_file_value(const char *path, const char *key, unsigned long long unit);
+
 #endif

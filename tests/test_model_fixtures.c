@@ -106,8 +106,7 @@ static void check_prompt(lmx_model *m, const lmx_st_set *r, int k, int chunk, in
     if (chunk == 0) {
         test_greedy(m, c, rows, ids, L, logits + (size_t)(L - 1) * V, V, test_ref(r, k, "greedy"),
                     test_ref(r, k, "margin")->data, greedy_margin, tag);
-        if (rows == 3 && !pass.kv_f16 && !pass.mmap_weights && !pass.prefill_bf16) /* prefill in chunks */
-        {
+        if (rows == 3 && !pass.kv_f16 && !pass.mmap_weights && !pass.prefill_bf16) { /* prefill in chunks */
             test_sampled(m, rows, ids, L, 6, tag);
             /* the CPU draws on the host: the context says so, and refuses */
             lmx_error err = {0};

@@ -17,26 +17,13 @@
 #include "genopts.h"
 #include "lmx.h"
 #include "model.h"
+#include "sysmem.h"
 
 static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static long status_kb(const char *key)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kb = -1;
-    size_t n = strlen(key);
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, key, n))
-            kb = strtol(line + n, NULL, 10);
-    if (f)
-        fclose(f);
-    return kb;
 }
 
 /* Memory bandwidth probe ---------------------------------------------------- */
@@ -235,7 +222,8 @@ int cmd_bench(int argc, char **argv)
         lmx_close(m);
         return 1;
     }
-    long rss_kb = status_kb("VmRSS:"), peak_kb = status_kb("VmHWM:");
+    unsigned long long rss = lmx_file_value("/proc/self/status", "VmRSS:", 1024),
+                       peak = lmx_file_value("/proc/self/status", "VmHWM:", 1024);
     double wbytes = lmx_model_decode_weight_bytes(m, cuda ? lmx_backend_cuda_bytes : lmx_backend_cpu_bytes);
     double kvbytes = lmx_model_decode_kv_bytes(m, (int)(prompt + gen / 2), cuda || o.kv_f16 ? 2 : 4);
     double tok_bytes = wbytes + kvbytes;
@@ -254,11 +242,11 @@ int cmd_bench(int argc, char **argv)
                "\"quant\": \"%s\", \"kv\": \"%s\", \"weights\": \"%s\", \"prefill_x\": \"%s\", \"prompt\": %ld, "
                "\"gen\": %ld, \"load_s\": %.3f, "
                "\"prefill_tok_s\": %.2f, \"ttft_s\": %.4f, \"cold_prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, "
-               "\"rss_bytes\": %ld, \"peak_rss_bytes\": %ld, \"weight_bytes_per_token\": %.0f, "
+               "\"rss_bytes\": %llu, \"peak_rss_bytes\": %llu, \"weight_bytes_per_token\": %.0f, "
                "\"kv_bytes_per_token\": %.0f, \"bandwidth_bytes_s\": %.0f, \"decode_bytes_s\": %.0f, "
                "\"decode_bandwidth_ratio\": %.3f}\n",
                dir, lmx_model_type(m), cuda ? "cuda" : "cpu", path, T, qname, kvname, where, px, prompt, gen, load_s,
-               pp, prefill_s, (double)prompt / cold_s, tg, rss_kb * 1024, peak_kb * 1024, wbytes, kvbytes, bw, eff,
+               pp, prefill_s, (double)prompt / cold_s, tg, rss, peak, wbytes, kvbytes, bw, eff,
                bw > 0 ? eff / bw : 0);
     } else {
         if (cuda)
@@ -273,7 +261,7 @@ int cmd_bench(int argc, char **argv)
         printf("first prefill:      %.3f s = %.1f tok/s (a fresh context: its KV cache faulted in)\n", cold_s,
                (double)prompt / cold_s);
         printf("decode:             %ld tokens in %.3f s = %.2f tok/s\n", gen, decode_s, tg);
-        printf("resident memory:    %.1f MB (peak %.1f MB)%s\n", rss_kb / 1024.0, peak_kb / 1024.0,
+        printf("resident memory:    %.1f MB (peak %.1f MB)%s\n", rss / 1048576.0, peak / 1048576.0,
                cuda ? " on the host" : "");
         printf("bytes per token:    %.1f MB weights + %.1f MB KV cache\n", wbytes / 1e6, kvbytes / 1e6);
         if (cuda)
