@@ -2,7 +2,7 @@
 """Summarizes a bench/kernel_trace.c timeline (CSV) of one gpu_bench run.
 
 The trace splits into evals at the device-to-host copies that end each
-lmx_context_eval. For the longest eager evals (prefill) and for the replayed
+lmx_context_eval. For the eager evals of the most kernel time (prefill) and for the replayed
 decode steps (kernels from a CUDA graph), it prints per kernel: launches, mean
 duration, and the time it adds to the step (its end minus the previous
 kernel's end: with programmatic dependent launch kernels overlap, so the sum of
@@ -118,7 +118,7 @@ def host_calls(calls):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("trace")
-    ap.add_argument("--prefill", type=int, default=1, help="longest eager evals (prefill) to show")
+    ap.add_argument("--prefill", type=int, default=1, help="eager evals (prefill) of the most kernel time to show")
     ap.add_argument("--steps", type=int, default=32, help="last replayed steps of each kind to average")
     a = ap.parse_args()
     evals, ends = [], []  # ends: where the eval before each ended
@@ -133,7 +133,8 @@ def main():
             evals.append(e)
             ends.append(loaded[i - 1][-1][1] if i else e[0][0])
     eager = [e for e in evals if not any(r[3] for r in e)]
-    for e in sorted(eager, key=lambda e: e[0][0] - e[-1][1])[: a.prefill]:
+    # by kernel time, not span: a cold eval's span is mostly the host's first-use gaps
+    for e in sorted(eager, key=lambda e: -sum(r[1] - r[0] for r in e if r[2] == "K"))[: a.prefill]:
         table(f"eager eval of {sum(r[2] == 'K' for r in e)} kernels", [e])
     runs = []  # consecutive replayed steps of one size: one decode run (indices into evals)
     for i, e in enumerate(evals):
