@@ -1547,6 +1547,16 @@ void cuda_read(lmx_backend *be, float *dst, size_t dst_stride, const lmx_tensor 
                skip);
 }
 
+/* The first `bytes` of d_best (read_topk's groups, read_draw's token) into
+ * host memory at dst: staged inside a graphable step, else now. */
+void read_best(cuda_backend *b, char *dst, size_t bytes, bool skip, const char *what)
+{
+    if (!read_direct(b))
+        stage_read(b, b->d_best, pending_read{dst, 0, 0, bytes, 1, NULL, NULL}, skip);
+    else if (ok(b, cudaMemcpyAsync(dst, b->d_best, bytes, cudaMemcpyDeviceToHost, b->stream), what))
+        ok(b, cudaStreamSynchronize(b->stream), what);
+}
+
 /* Only the blocks' best (score, column) pairs cross to the host: 1 KB
  * instead of the row (0.6 MB of Qwen3 logits). */
 void cuda_read_argmax(lmx_backend *be, float *best, int32_t *col, const lmx_tensor *src, int row)
@@ -1587,11 +1597,7 @@ int cuda_read_topk(lmx_backend *be, lmx_scored *out, int k, const lmx_tensor *sr
                k);
         launched(b, "topk");
     }
-    pending_read r = {(char *)out, 0, 0, (size_t)LMX_TOPK_GROUPS * k * sizeof(lmx_scored), 1, NULL, NULL};
-    if (!read_direct(b))
-        stage_read(b, b->d_best, r, skip);
-    else if (ok(b, cudaMemcpyAsync(out, b->d_best, r.row, cudaMemcpyDeviceToHost, b->stream), "read_topk"))
-        ok(b, cudaStreamSynchronize(b->stream), "read_topk");
+    read_best(b, (char *)out, (size_t)LMX_TOPK_GROUPS * k * sizeof(lmx_scored), skip, "read_topk");
     return LMX_TOPK_GROUPS;
 }
 
@@ -1620,13 +1626,7 @@ void cuda_read_draw(lmx_backend *be, int32_t *id, const lmx_tensor *src, int row
                dr);
         launched(b, "read_draw");
     }
-    pending_read r = {(char *)id, 0, 0, sizeof *id, 1, NULL, NULL};
-    if (!read_direct(b)) {
-        stage_read(b, b->d_best, r, skip);
-        return;
-    }
-    if (ok(b, cudaMemcpyAsync(id, b->d_best, sizeof *id, cudaMemcpyDeviceToHost, b->stream), "read_draw"))
-        ok(b, cudaStreamSynchronize(b->stream), "read_draw");
+    read_best(b, (char *)id, sizeof *id, skip, "read_draw");
 }
 
 /* Tensor parallelism: an in-place NCCL all-reduce on the rank's stream
