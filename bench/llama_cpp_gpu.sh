@@ -36,15 +36,7 @@
 # llama-bench, llama-quantize and their libllama*/libggml*.so, flat, RUNPATH
 # $ORIGIN. They need libcudart, libcublas, libcublasLt .so.13 (the toolkit's)
 # and the driver's libcuda.so.1; if they do not start, the source build runs.
-# Made on any x86-64 machine with CUDA 13.0, no GPU (45 minutes on 2 cores),
-# from the source tarball unpacked, configured as build_llama() does but
-#   -DCMAKE_CUDA_ARCHITECTURES=90-real (no PTX: half the size) -DGGML_NATIVE=OFF
-#   -DGGML_{SSE42,AVX,AVX2,FMA,F16C,BMI2}=ON -DGGML_CUDA_NCCL=OFF (one GPU)
-#   -DCMAKE_INSTALL_RPATH='$ORIGIN;/usr/local/cuda/lib64'
-#   -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON
-# built with LD_LIBRARY_PATH=DIR, DIR holding libcuda.so.1 -> the toolkit's
-# lib64/stubs/libcuda.so (else the executables do not link without a driver),
-# packed by: cd build/bin && tar -cf - llama-bench llama-quantize lib*.so* | xz -9
+# Made on any x86-64 machine with CUDA 13.0, no GPU, by bench/llama_prebuilt.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
