@@ -8,7 +8,12 @@
 #   bench/make_llama_tarball.sh [LLAMA_SRC]     (default /tmp/llama.cpp)
 #
 # LLAMA_SRC: an unpacked unslothai/llama.cpp snapshot (/work/shared/ANCHORS.md).
-# It is only read. /.peer/ is listed in .git/info/exclude: nothing of
+# It is only read. The fetched mirror lacks a blob (docs/ops/SYCL.csv), which
+# stops `git archive HEAD` of the whole tree; archive only what is copied
+# below, e.g. from the mirror's git directory G:
+#   git -C G archive HEAD CMakeLists.txt LICENSE licenses cmake include src \
+#       common vendor gguf-py tools/llama-bench tools/quantize ggml | tar -C /tmp/llama.cpp -xf -
+# /.peer/ is listed in .git/info/exclude: nothing of
 # llama.cpp is ever committed here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
