@@ -60,13 +60,10 @@ if [ "${TEST:-1}" = 1 ]; then
     grep -m10 "CHECK(" "$out/test_cuda.log"
 fi
 
-mkdir -p /tmp/lmx-synth
 for m in "$@"; do
-    d=/tmp/lmx-synth/$m
-    [ -d "$d" ] || ./build-gpu/lmx synth --like "$m" "$d" >/dev/null || exit 1
+    synth_model "$m" || exit 1
     for q in ${QUANTS:-none}; do
-        qa=()
-        [ "$q" = none ] || qa=(--quant "$q")
+        quant_args "$q"
         for _ in $(seq "${REPS:-2}"); do
             for v in base new; do
                 b=$PWD/build-gpu

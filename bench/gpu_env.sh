@@ -14,3 +14,17 @@ if ! pkg-config --exists libcjson libpcre2-8 libutf8proc 2>/dev/null; then
     fi
 fi
 export PATH=/usr/local/cuda/bin:$PATH
+
+# For loops over models and formats: synth_model MODEL sets d to its
+# synthetic checkpoint (`lmx synth --like MODEL` by ./build-gpu/lmx, made
+# once); quant_args FORMAT sets qa to gpu_bench's option for it (none: as
+# stored).
+synth_model() {
+    d=/tmp/lmx-synth/$1
+    mkdir -p /tmp/lmx-synth
+    [ -d "$d" ] || ./build-gpu/lmx synth --like "$1" "$d" >/dev/null
+}
+quant_args() {
+    qa=()
+    [ "$1" = none ] || qa=(--quant "$1")
+}

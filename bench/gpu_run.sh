@@ -30,14 +30,11 @@ if [ -f tests/data/qwen3-tiny/tokenizer.json ]; then
     done
 fi
 ./build-gpu/lmx info tests/data/gemma3-small --device cuda | head -2
-mkdir -p /tmp/lmx-synth
 [ $# -gt 0 ] || exit 0
 for m in "$@"; do
-    d=/tmp/lmx-synth/$m
-    [ -d "$d" ] || ./build-gpu/lmx synth --like "$m" "$d" >/dev/null || exit 1
+    synth_model "$m" || exit 1
     for q in ${QUANTS:-none}; do
-        qa=()
-        [ "$q" = none ] || qa=(--quant "$q")
+        quant_args "$q"
         ./build-gpu/gpu_bench "$d" ${BENCH_ARGS:-} "${qa[@]}" 2>&1 | tee -a "$out/bench.log"
     done
     if [ "${PROFILE:-0}" = 1 ]; then # kernel by kernel: the first eager decode step
