@@ -2,11 +2,11 @@
 """Summarizes a bench/kernel_trace.c timeline (CSV) of one gpu_bench run.
 
 The trace splits into evals at the device-to-host copies that end each
-lmx_context_eval. For the eager evals of the most kernel time (prefill) and for the replayed
-decode steps (kernels from a CUDA graph), it prints per kernel: launches, mean
-duration, and the time it adds to the step (its end minus the previous
-kernel's end: with programmatic dependent launch kernels overlap, so the sum of
-those, not of durations, is the step).
+lmx_context_eval. For the eager evals of the most kernel time (prefill) and
+for the replayed decode steps (kernels from a CUDA graph), it prints per
+kernel: launches, mean duration, and the time it adds to the step (its end
+minus the previous kernel's end: with programmatic dependent launch kernels
+overlap, so the sum of those, not of durations, is the step).
 
     bench/kernel_trace.py trace.csv [--prefill N] [--steps N]
 """
