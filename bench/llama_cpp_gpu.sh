@@ -23,7 +23,9 @@
 # the table: stdout and $OUT/table.md.
 #
 # Environment (defaults):
-#   LMX_FORMATS="bf16"     lmx formats to run (bf16 q8 q4); llama.cpp runs all three
+#   LMX_FORMATS="bf16"     lmx formats to run (bf16 q8 q4)
+#   LLAMA_FORMATS="bf16 q8 q4"  llama.cpp formats to run (the BF16 GGUF is made
+#                          anyway: the others are quantized from it)
 #   LMX_QUANT_ARG="--quant"  gpu_bench option taking q8/q4 (skipped until gpu_bench has it)
 #   HF=0                   1: transformers generate, bf16, as a second reference
 #   BENCH_ARGS="--chunk 4096 --gen 128"   for gpu_bench (128 tokens, as tg128)
@@ -92,11 +94,12 @@ if [ "${1:-}" = table ]; then
     exit
 fi
 
-[ $# -gt 0 ] || { sed -n '2,47p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,41p' "$0"; exit 2; }
 out=${OUT:-/tmp/lmx-out}
 LLAMA_DIR=${LLAMA_DIR:-/tmp/llama-gpu}
 MODELS=${MODELS:-/tmp/lmx-peer}
 LMX_FORMATS=${LMX_FORMATS:-bf16}
+LLAMA_FORMATS=${LLAMA_FORMATS:-bf16 q8 q4}
 LMX_QUANT_ARG=${LMX_QUANT_ARG:---quant}
 HF=${HF:-0}
 BENCH_ARGS=${BENCH_ARGS:---chunk 4096 --gen 128}
@@ -187,7 +190,10 @@ PY
     fi && mv "$f.tmp" "$f" && say "$model: $(basename "$f") $(du -sh "$f" | cut -f1)"
 }
 
+in_list() { case " $2 " in *" $1 "*) return 0 ;; esac; return 1; } # WORD LIST
+
 run_llama() { # FORMAT GGUF_FILE
+    in_list "$1" "$LLAMA_FORMATS" || return 0
     say "$model $1: llama-bench"
     # shellcheck disable=SC2086 # LLAMA_ARGS is a list of options
     # prompts at depth 0, generation at depth 0 and 4096 (-d would also run
@@ -201,7 +207,7 @@ run_llama() { # FORMAT GGUF_FILE
 # decode depth 4096 | decode GB/s (%) | ...; turned into one JSON line each
 run_lmx() { # FORMAT
     local q=()
-    case " $LMX_FORMATS " in *" $1 "*) ;; *) return 0 ;; esac
+    in_list "$1" "$LMX_FORMATS" || return 0
     if [ "$1" != bf16 ]; then
         if ! grep -qF -- "\"$LMX_QUANT_ARG\"" bench/gpu_bench.c; then
             say "$model $1: skipped, bench/gpu_bench takes no $LMX_QUANT_ARG (it would run bf16)"
@@ -261,7 +267,10 @@ run_model() {
         say "$model: disk short, checkpoint dropped while quantizing"
         rm -rf "$dir"
     fi
-    ensure_gguf q8_0 && ensure_gguf q4_0 || return 1
+    for f in q8 q4; do
+        in_list "$f" "$LLAMA_FORMATS" || continue
+        ensure_gguf "${f}_0" || return 1
+    done
     rm -f "$g-bf16.gguf"
     for f in q8 q4; do
         run_llama "$f" "$g-${f}_0.gguf"
