@@ -16,6 +16,7 @@
 #ifdef LMX_HAVE_NCCL
 #include <nccl.h>
 #endif
+#include <cuda.h> /* CUtensorMap; its encoder comes from the driver at run time (no -lcuda) */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -167,6 +168,7 @@ struct cuda_backend {
     int simt_attn; /* LMX_CUDA_ATTN=simt: prefill attention without tensor cores */
     int wg_attn;   /* head_dim 128 prefill on warpgroup MMA (k_attn_wg): an sm_90a build on a
                       compute capability 9.0 device, unless LMX_CUDA_ATTN=mma */
+    void *encode_map; /* the driver's cuTensorMapEncodeTiled, for k_attn_wg's copies */
 #ifdef LMX_HAVE_NCCL
     ncclComm_t comm; /* tensor parallelism: this rank's communicator (NULL: alone) */
 #endif
@@ -938,31 +940,104 @@ void gemv(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *xt,
     }
 }
 
-/* dst[i] = xbf * ws[i]^T (of type ct) for n bf16 weights of N rows each,
+/* dst = xbf * w^T (of type ct, rows ldc apart) for bf16 weights w [N][K]. */
+void gemm_bf16(cuda_backend *b, const void *w, int N, int n_rows, int K, void *dst, cudaDataType ct, int ldc)
+{
+    const float one = 1.0f, zero = 0.0f;
+    /* column-major view: out^T [N, n] = W [K, N]^T . X^T [K, n] */
+    blas_ok(b,
+            cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n_rows, K, &one, w, CUDA_R_16BF, K, b->xbf,
+                         CUDA_R_16BF, K, &zero, dst, ct, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            "gemm bf16");
+}
+
+/* dst[i] = xbf * w[i]^T (of type ct) for n bf16 weights of N rows each,
  * one batched cuBLAS product: twice the tiles of one product in a launch
  * (Qwen3-0.6B's gate and up, k and v, whose single products fill few
  * waves). */
-void batched_bf16(cuda_backend *b, int n, void *const *dst, cudaDataType ct, const lmx_tensor *const *ws, int n_rows,
+void batched_bf16(cuda_backend *b, int n, void *const *dst, cudaDataType ct, const void *const *w, int N, int n_rows,
                   int K)
 {
     if (!grow(b, &b->gemm_ptrs, &b->gemm_ptrs_cap, 3 * LMX_MAX_MULTI, "product pointers"))
         return;
     ptr_set p = {};
     for (int i = 0; i < n; i++) {
-        p.p[i] = ws[i]->data;
+        p.p[i] = w[i];
         p.p[LMX_MAX_MULTI + i] = b->xbf;
         p.p[2 * LMX_MAX_MULTI + i] = dst[i];
     }
     launch(b, k_set_ptrs, 1, 3 * LMX_MAX_MULTI, 0, b->gemm_ptrs, p);
     launched(b, "product pointers");
     const float one = 1.0f, zero = 0.0f;
-    int N = ws[0]->rows;
     blas_ok(b,
             cublasGemmBatchedEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n_rows, K, &one, b->gemm_ptrs, CUDA_R_16BF, K,
                                 b->gemm_ptrs + LMX_MAX_MULTI, CUDA_R_16BF, K, &zero,
                                 (void *const *)(b->gemm_ptrs + 2 * LMX_MAX_MULTI), ct, N, n, CUBLAS_COMPUTE_32F,
                                 CUBLAS_GEMM_DEFAULT),
             "batched gemm bf16");
+}
+
+/* dst[i] = xbf * w[i]^T for n bf16 weights (ws: their shapes), neighbours
+ * of one height in one batched product. */
+void bf16_products(cuda_backend *b, int n, void *const *dst, cudaDataType ct, const void *const *w,
+                   const lmx_tensor *const *ws, int n_rows, int K)
+{
+    for (int i = 0, same; i < n; i += same) {
+        int N = ws[i]->rows;
+        for (same = 1; i + same < n && ws[i + same]->rows == N;)
+            same++;
+        if (same > 1)
+            batched_bf16(b, same, dst + i, ct, w + i, N, n_rows, K);
+        else
+            gemm_bf16(b, w[i], N, n_rows, K, dst[i], ct, N);
+    }
+}
+
+/* Rows from[i] .. from[i] + rows[i] - 1 of n q8/q4 weights of width K into
+ * b->wbf as bf16, stacked, in one launch (b->wbf holds them). */
+void dequantize(cuda_backend *b, int n, const lmx_tensor *const *ws, const int *from, const int *rows, int K)
+{
+    wstack s;
+    int end = 0;
+    for (int i = 0; i < LMX_MAX_MULTI; i++) {
+        s.w[i] = view(ws[i < n ? i : 0]);
+        s.from[i] = i < n ? from[i] : 0;
+        end += i < n ? rows[i] : 0;
+        s.end[i] = i < n ? end : INT_MAX;
+    }
+    size_t elems = (size_t)end * K; /* at most WBF_ELEMS, or 256 rows */
+    launch(b, k_dequant, dim3((unsigned)((elems / 16 + 255) / 256)), 256, 0, b->wbf, s, K, elems);
+    launched(b, "dequantize");
+}
+
+/* How many of the n q8/q4 weights from ws[0] (one format) b->wbf takes
+ * whole at once, WBF_ELEMS elements together; 0 when ws[0] alone is larger
+ * (grown to what they need). */
+int whole_run(cuda_backend *b, int n, const lmx_tensor *const *ws, int K)
+{
+    size_t elems = 0;
+    int run = 0;
+    while (run < n && same_format(ws[run], ws[0]) && elems + (size_t)ws[run]->rows * K <= WBF_ELEMS)
+        elems += (size_t)ws[run++]->rows * K;
+    return run && grow(b, &b->wbf, &b->wbf_cap, elems, "dequantized weights") ? run : 0;
+}
+
+/* A q8/q4 weight larger than b->wbf: about WBF_ELEMS elements of rows at a
+ * time dequantized and multiplied, in multiples of 256 rows: an output
+ * column offset that is not 16-byte aligned sends cuBLAS to an sm80 kernel
+ * (Qwen3-8B's down product in steps of 2730 rows: 36% of a q8 prefill,
+ * bench/RESULTS.md). */
+void stepped_product(cuda_backend *b, const lmx_tensor *w, void *dst, cudaDataType ct, size_t es, int n_rows, int K)
+{
+    int N = w->rows, step = WBF_ELEMS / K / 256 * 256;
+    step = step < 256 ? 256 : step;
+    if (!grow(b, &b->wbf, &b->wbf_cap, (size_t)step * K, "dequantized weights"))
+        return;
+    for (int n0 = 0; n0 < N; n0 += step) {
+        int nb = N - n0 < step ? N - n0 : step;
+        dequantize(b, 1, &w, &n0, &nb, K);
+        gemm_bf16(b, b->wbf, nb, n_rows, K, (char *)dst + n0 * es, ct, N);
+    }
 }
 
 /* outs[i] = x * ws[i]^T; gated (n = 2): outs[0] = act(x * ws[0]^T) * (x * ws[1]^T),
@@ -1012,9 +1087,10 @@ void matmuls(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *
     for (int i = 0; i < n; i++)
         dst[i] = lean ? (char *)outs[1]->data + i * (size_t)n_rows * ws[0]->rows * es : outs[i]->data;
     const float one = 1.0f, zero = 0.0f;
-    for (int i = 0; i < n; i++) {
-        int N = ws[i]->rows;
+    for (int i = 0, run; i < n; i += run) {
+        run = 1;
         if (ws[i]->dtype == LMX_DT_F32 && !ws[i]->bits) {
+            int N = ws[i]->rows;
             blas_ok(b,
                     cublasSgemm(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, n_rows, K, &one, f32(ws[i]), K, f32(x), K,
                                 &zero, f32(outs[i]), N),
@@ -1030,41 +1106,29 @@ void matmuls(cuda_backend *b, int n, lmx_tensor *const *outs, const lmx_tensor *
             b->xbf_of = x;
             b->xbf_rows = n_rows;
         }
-        int same = 1; /* bf16 weights of this shape in a row: one batched product */
-        if (ws[i]->dtype == LMX_DT_BF16 && !ws[i]->bits)
-            while (i + same < n && ws[i + same]->dtype == LMX_DT_BF16 && !ws[i + same]->bits &&
-                   ws[i + same]->rows == N)
-                same++;
-        if (same > 1) {
-            batched_bf16(b, same, dst + i, ct, ws + i, n_rows, K);
-            i += same - 1;
+        /* a run of bf16 weights as they are, or of q8/q4 weights
+         * dequantized together into b->wbf (q, k and v; gate and up) */
+        const void *w[LMX_MAX_MULTI];
+        if (!ws[i]->bits) {
+            while (i + run < n && ws[i + run]->dtype == LMX_DT_BF16 && !ws[i + run]->bits)
+                run++;
+            for (int k = 0; k < run; k++)
+                w[k] = ws[i + k]->data;
+        } else if ((run = whole_run(b, n - i, ws + i, K)) > 0) {
+            int from[LMX_MAX_MULTI] = {}, rows[LMX_MAX_MULTI];
+            size_t at = 0;
+            for (int k = 0; k < run; k++) {
+                rows[k] = ws[i + k]->rows;
+                w[k] = b->wbf + at;
+                at += (size_t)rows[k] * K;
+            }
+            dequantize(b, run, ws + i, from, rows, K);
+        } else {
+            run = 1;
+            stepped_product(b, ws[i], dst[i], ct, es, n_rows, K);
             continue;
         }
-        /* q8/q4: about WBF_ELEMS elements of weight rows at a time
-         * dequantized to bf16, in multiples of 256 rows: an output column
-         * offset that is not 16-byte aligned sends cuBLAS to an sm80 kernel
-         * (Qwen3-8B's down product in steps of 2730 rows: 36% of a q8
-         * prefill, bench/RESULTS.md) */
-        int step = WBF_ELEMS / K / 256 * 256;
-        step = !ws[i]->bits || step > N ? N : step < 256 ? 256 : step;
-        if (ws[i]->bits && !grow(b, &b->wbf, &b->wbf_cap, (size_t)step * K, "dequantized weights"))
-            return;
-        for (int n0 = 0; n0 < N; n0 += step) {
-            int nb = N - n0 < step ? N - n0 : step;
-            const void *w = ws[i]->data;
-            if (ws[i]->bits) {
-                launch(b, k_dequant, dim3((unsigned)((K / 16 + 127) / 128), (unsigned)nb), 128, 0, b->wbf,
-                       view(ws[i]), n0);
-                launched(b, "dequantize");
-                w = b->wbf;
-            }
-            /* column-major view: out^T [N, n] = W [K, N]^T . X^T [K, n] */
-            blas_ok(b,
-                    cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, nb, n_rows, K, &one, w, CUDA_R_16BF, K, b->xbf,
-                                 CUDA_R_16BF, K, &zero, (char *)dst[i] + n0 * es, ct, N, CUBLAS_COMPUTE_32F,
-                                 CUBLAS_GEMM_DEFAULT),
-                    "gemm bf16");
-        }
+        bf16_products(b, run, dst + i, ct, w, ws + i, n_rows, K);
     }
     for (int i = 0; packed && i < n; i++)
         outs[i]->bf16_rows = n_rows;
@@ -1233,7 +1297,11 @@ cudaError_t wgmma_init(cuda_backend *b)
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(b->stream);
     cudaFree(built);
-    b->wg_attn = e == cudaSuccess && h_built;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    b->wg_attn = e == cudaSuccess && h_built &&
+                 cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &b->encode_map, 12000, cudaEnableDefault,
+                                                  &found) == cudaSuccess &&
+                 found == cudaDriverEntryPointSuccess;
     if (b->wg_attn) {
         e = cudaFuncSetAttribute((const void *)k_attn_wg<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)wg_shm());
@@ -1345,14 +1413,36 @@ void launch_fa(cuda_backend *b, lmx_tensor *out, const QT *q, const bf16 *kc, co
     launched(b, "attention (flash)");
 }
 
-/* The same on warpgroup MMA (head_dim 128, b->wg_attn). */
+/* A tensor map of one layer's K or V cache ([slots][kv_heads][WG_HD],
+ * bf16) for k_attn_wg's copies: boxes of WG_K keys by 64 columns (128
+ * bytes, the swizzle's width), keys past the cache read as zeros. */
+bool cache_map(cuda_backend *b, CUtensorMap *m, const bf16 *cache, int kv_heads, int slots)
+{
+    typedef CUresult (*encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                  const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+    const cuuint64_t dims[3] = {WG_HD, (cuuint64_t)kv_heads, (cuuint64_t)slots};
+    const cuuint64_t strides[2] = {WG_HD * 2, (cuuint64_t)kv_heads * WG_HD * 2}; /* bytes, dims 1 and 2 */
+    const cuuint32_t box[3] = {64, 1, WG_K}, unit[3] = {1, 1, 1};
+    CUresult r = ((encode_fn)b->encode_map)(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)cache, dims, strides, box,
+                                            unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        fail(b, LMX_ERR_INTERNAL, "cuda: tensor map of the KV cache (driver error %d)", (int)r);
+    return r == CUDA_SUCCESS;
+}
+
+/* The same on warpgroup MMA (head_dim 128, no key wrapped, b->wg_attn). */
 template <typename QT>
 void launch_wg(cuda_backend *b, lmx_tensor *out, const QT *q, const bf16 *kc, const bf16 *vc, int slots,
                const lmx_attn_params *p, const int *dpos)
 {
+    CUtensorMap km, vm;
+    if (!cache_map(b, &km, kc, p->n_kv_heads, slots) || !cache_map(b, &vm, vc, p->n_kv_heads, slots))
+        return;
     dim3 grid(p->n_heads, (p->n_rows + WG_Q - 1) / WG_Q);
     bf16 *ob = bf16_copy(b, out, p->n_rows);
-    launch(b, k_attn_wg<QT>, grid, 256, wg_shm(), f32_unless_copy(b, out, ob), ob, q, kc, vc, slots, p->n_heads,
+    launch(b, k_attn_wg<QT>, grid, 256, wg_shm(), f32_unless_copy(b, out, ob), ob, q, km, vm, p->n_heads,
            p->n_kv_heads, p->window, p->scale, p->softcap, dpos, p->pos0, p->n_rows);
     launched(b, "attention (flash, wgmma)");
 }
@@ -1361,7 +1451,10 @@ template <int HD>
 void flash_attention(cuda_backend *b, lmx_tensor *out, const lmx_tensor *q, const bf16 *kc, const bf16 *vc, int slots,
                      const lmx_attn_params *p, const int *dpos)
 {
-    bool wg = HD == WG_HD && p->head_dim == WG_HD && b->wg_attn;
+    /* k_attn_wg's tensor copies take a tile's keys from consecutive slots:
+     * only while no position has wrapped around the cache (pos0 is the
+     * position: only one-row steps are recorded, which never come here) */
+    bool wg = HD == WG_HD && p->head_dim == WG_HD && b->wg_attn && p->pos0 + p->n_rows <= slots;
     if (q->bf16_rows >= p->n_rows && wg)
         launch_wg(b, out, (const bf16 *)q->data, kc, vc, slots, p, dpos);
     else if (q->bf16_rows >= p->n_rows)

@@ -1,16 +1,19 @@
 /* Prefill attention on warpgroup MMA (wgmma, sm_90a: H100 and H200), for
- * head_dim 128 (Qwen3): FlashAttention-3's arithmetic without its warp
- * specialization. A block holds WG_Q = 128 queries of one head, 64 for each
- * of its two warpgroups; K/V tiles of WG_K = 128 keys stream into shared
- * memory by asynchronous copies, all in wgmma's 128-byte-swizzled layout
- * (swizzled). Per tile a warpgroup computes S = Q.K^T by wgmma from shared
- * memory (Q and K both K-major), runs the online softmax of the mma.sync
- * kernel on it (tile_softmax: S's accumulators have mma.sync's layout, a
- * warp 16 rows), and O += P.V by wgmma with P from registers and V read
- * N-major (transposed) from shared memory: no ldmatrix, and 16 times
- * fewer MMA instructions than k_attn_fa. 64-key tiles were 1-1.5% slower
+ * head_dim 128 (Qwen3) while no key has wrapped around the cache:
+ * FlashAttention-3's arithmetic and ping-pong without its producer warp. A
+ * block holds WG_Q = 128 queries of one head, 64 for each of its two
+ * warpgroups; K/V tiles of WG_K = 128 keys stream into shared memory by the
+ * tensor copy engine (one thread issues a tile, an mbarrier says when it
+ * landed), all in wgmma's 128-byte-swizzled layout (swizzled). Per tile a
+ * warpgroup computes S = Q.K^T by wgmma from shared memory (Q and K both
+ * K-major), runs the online softmax of the mma.sync kernel on it
+ * (tile_softmax: S's accumulators have mma.sync's layout, a warp 16 rows),
+ * and O += P.V by wgmma with P from registers and V read N-major
+ * (transposed) from shared memory: no ldmatrix, and 16 times fewer MMA
+ * instructions than k_attn_fa. 64-key tiles were 1-1.5% slower
  * (bench/RESULTS.md). Built only for sm_90a (the probe k_wgmma_built says
- * whether it was); elsewhere, and with LMX_CUDA_ATTN=mma, k_attn_fa. */
+ * whether it was); elsewhere, with LMX_CUDA_ATTN=mma, and for wrapped
+ * keys, k_attn_fa. */
 #pragma once
 
 enum { WG_Q = 128, WG_K = 128, WG_HD = 128, WG_STAGES = 3 };
@@ -18,7 +21,37 @@ enum { WG_Q = 128, WG_K = 128, WG_HD = 128, WG_STAGES = 3 };
 /* Shared memory of k_attn_wg: Q [WG_Q][128], then WG_STAGES stages of K
  * and V [WG_K][128], bf16, and room to align the start to 1024 bytes (the
  * swizzle's period). */
-size_t wg_shm() { return (size_t)(WG_Q + 2 * WG_STAGES * WG_K) * WG_HD * 2 + 1024; }
+size_t wg_shm() { return (size_t)(WG_Q + 2 * WG_STAGES * WG_K) * WG_HD * 2 + 1024 + WG_STAGES * 8; }
+
+/* mbarriers in shared memory: a stage's tensor copies arrive on one. */
+__device__ __forceinline__ unsigned smem_at(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_at(bar)), "r"(count) : "memory");
+}
+/* One arrival that also expects `bytes` of copies to land on bar. */
+__device__ __forceinline__ void mbar_expect(uint64_t *bar, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_at(bar)), "r"(bytes) : "memory");
+}
+/* Waits until bar's phase of the given parity has completed. */
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
+{
+    asm volatile("{\n.reg .pred done;\nwait_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra wait_%=;\n}\n" ::"r"(smem_at(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+/* A box of the 3-D tensor map (coordinates innermost first) into shared
+ * memory by the tensor copy engine, completing on bar. */
+__device__ __forceinline__ void tma_load(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, int c2)
+{
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+                 "[%5];" ::"r"(smem_at(dst)),
+                 "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_at(bar))
+                 : "memory");
+}
 
 /* A wgmma shared-memory matrix descriptor, 128-byte swizzle: the start
  * address, the leading and stride byte offsets (all in 16-byte units). */
@@ -97,15 +130,22 @@ __global__ void k_wgmma_built(int *built)
 }
 
 /* One block per (head, WG_Q queries), longest blocks first; q float32 or
- * bf16 (QT); the output in float32 (out) and/or bf16 (ob). Per tile j a
- * warpgroup issues S_j = Q.K_j^T and O += P_(j-1).V_(j-1) together, then
- * runs tile j's softmax while the second product is still on the tensor
- * cores, and rescales O once it is done: three stages of K/V, as tile j's
- * keys, tile j - 1's values and tile j + 1's copies are all in use. */
+ * bf16 (QT); the output in float32 (out) and/or bf16 (ob). The two
+ * warpgroups take turns on the tensor cores (FlashAttention-3's ping-pong,
+ * by a fixed lag rather than named barriers): per tile j the leading one
+ * issues S_j = Q.K_j^T and O += P_(j-1).V_(j-1) together, runs tile j's
+ * softmax while its P.V is still on the tensor cores, then rescales O; the
+ * lagging one meanwhile finishes tile j - 1 (waits for its products,
+ * softmax, rescale) and issues its S_j and P_(j-1).V_(j-1) last, so that
+ * they run during the leader's softmax, and the leader's next products
+ * during its own. Three stages of K/V: tile j's keys, tile j - 1's values
+ * and tile j + 1's copies are in use; the lagging warpgroup issues the
+ * copies once its products of tile j - 2 are done. */
 template <typename QT>
 __global__ void __launch_bounds__(256, 1)
-    k_attn_wg(float *out, bf16 *ob, const QT *q, const bf16 *kc, const bf16 *vc, int slots, int H, int KVH,
-              int window, float scale, float softcap, const int *dpos, int pos0, int n_rows)
+    k_attn_wg(float *out, bf16 *ob, const QT *q, const __grid_constant__ CUtensorMap kmap,
+              const __grid_constant__ CUtensorMap vmap, int H, int KVH, int window, float scale, float softcap,
+              const int *dpos, int pos0, int n_rows)
 {
     pdl_trigger();
     pdl_wait();
@@ -115,17 +155,29 @@ __global__ void __launch_bounds__(256, 1)
     const int STAGE = 2 * WG_K * WG_HD; /* stage b: K at KV + b STAGE, V WG_K rows after */
     int h = blockIdx.x, r0 = (gridDim.y - 1 - blockIdx.y) * WG_Q, nr = min(WG_Q, n_rows - r0);
     int warp = threadIdx.x >> 5, w0 = warp * 16, g0 = (warp >> 2) * 64; /* the warp's and warpgroup's rows */
+    /* the warpgroup from a shuffle: ptxas then sees a warp-uniform branch,
+     * not a divergent one around wgmma (which it would serialize) */
+    bool lead = __shfl_sync(0xffffffffu, threadIdx.x >> 7, 0) == 0;
     int base = (dpos ? *dpos : pos0) + r0, last = base + nr - 1;
     int lo = window > 0 && base - window + 1 > 0 ? base - window + 1 : 0;
     int kvh = h / (H / KVH), ntiles = (last - lo) / WG_K + 1;
-    size_t kvs = (size_t)KVH * WG_HD;
-    const bf16 *kh = kc + (size_t)kvh * WG_HD, *vh = vc + (size_t)kvh * WG_HD;
-    auto stage = [&](int j) { /* tile j's keys and values into stage j % WG_STAGES */
+    uint64_t *full = (uint64_t *)(KV + WG_STAGES * STAGE); /* full[b]: stage b's copies landed */
+    auto stage = [&](int j) { /* one thread: tile j's keys and values into stage j % WG_STAGES */
         bf16 *Kd = KV + j % WG_STAGES * STAGE;
-        stage_kv(Kd, Kd + WG_K * WG_HD, swizzled{WG_K}, kh, vh, kvs, slots, WG_HD, lo + j * WG_K, WG_K, last,
-                 last + 1, threadIdx.x, blockDim.x);
+        uint64_t *bar = full + j % WG_STAGES;
+        mbar_expect(bar, STAGE * 2);
+        for (int half = 0; half < 2; half++) { /* 64 columns: 128-byte rows, the swizzle's width */
+            tma_load(Kd + half * WG_K * 64, &kmap, bar, half * 64, kvh, lo + j * WG_K);
+            tma_load(Kd + WG_K * WG_HD + half * WG_K * 64, &vmap, bar, half * 64, kvh, lo + j * WG_K);
+        }
     };
-    stage(0);
+    if (threadIdx.x == 0) {
+        for (int b = 0; b < WG_STAGES; b++)
+            mbar_init(full + b, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        stage(0);
+    }
+    __syncthreads(); /* the barriers initialized before anyone waits on them */
     for (int i = threadIdx.x; i < WG_Q * WG_HD / 4; i += blockDim.x) { /* Q, rows past n_rows zero */
         int r = i / (WG_HD / 4), c = i % (WG_HD / 4) * 4;
         stage_q4(Qs + swizzled{WG_Q}(r, c), q + ((size_t)(r0 + min(r, nr - 1)) * H + h) * WG_HD + c, r < nr);
@@ -134,7 +186,7 @@ __global__ void __launch_bounds__(256, 1)
     acc_init(a);
     int lo_r[1][2], hi_r[1][2];
     row_keys(base + w0, window, lo_r[0], hi_r[0]);
-    float s[1][WG_K / 8][4];
+    float s[1][WG_K / 8][4], corr[1][2];
     unsigned pa[WG_K / 16][4]; /* P of tile j - 1 for its P.V */
     /* Every warpgroup takes every tile of the block (the mask zeroes what
      * its rows do not see): wgmma issued under a condition would be
@@ -145,10 +197,7 @@ __global__ void __launch_bounds__(256, 1)
         for (int ks = 0; ks < WG_K / 16; ks++) /* 16 keys: two 8-row groups, 2048 bytes */
             wg_mma_rs(a.o, pa[ks], wg_desc(Vb + ks * 16 * 64, WG_K * 128, 1024));
     };
-    for (int j = 0; j < ntiles; j++) {
-        cp_async_wait<0>();
-        fence_async_smem(); /* the copies (and Q's stores) visible to wgmma's reads */
-        __syncthreads();    /* tile j in; tile j - 2's stage read by every warpgroup */
+    auto issue = [&](int j) { /* S_j = Q.K_j^T, then O += P_(j-1).V_(j-1): two commit groups */
         wg_hold(a.o);
         wg_fence();
         const bf16 *Kb = KV + j % WG_STAGES * STAGE;
@@ -162,20 +211,72 @@ __global__ void __launch_bounds__(256, 1)
         if (j > 0)
             pv(j - 1);
         wg_commit(); /* P.V's group, empty for tile 0 */
-        if (j + 1 < ntiles) /* the copies issued while the tensor cores work */
-            stage(j + 1);
-        wg_wait<1>(); /* S_j; P.V may still run */
-        wg_hold(s[0]);
+    };
+    auto softmax = [&](int j) { /* tile j's scores in s become P; corr for O */
         int t0 = lo + j * WG_K;
-        float corr[1][2];
         tile_softmax<WG_HD, WG_K, 1>(&a, s, corr, t0, lo_r, hi_r, tile_whole<WG_K, 1>(t0, lo_r, hi_r), scale,
                                      softcap);
-        wg_wait<0>(); /* P.V done: its output and P's registers free */
-        wg_hold(a.o);
+    };
+    auto finish = [&]() { /* O rescaled (its products done), P packed for the next P.V */
         rescale_o(a, corr[0]);
 #pragma unroll
         for (int ks = 0; ks < WG_K / 16; ks++)
             p_frag(pa[ks], s[0][2 * ks], s[0][2 * ks + 1]);
+    };
+    /* Tile j in; the lagging warpgroup's products of tile j - 2 done. The
+     * cache's rows past `last` (the block's last tile) hold zeros or what a
+     * longer earlier sequence left, an overflow's Inf or NaN too, which
+     * P = 0 would not cancel: V's are zeroed. */
+    auto tile_in = [&](int j) {
+        mbar_wait(full + j % WG_STAGES, j / WG_STAGES & 1);
+        int t0 = lo + j * WG_K;
+        if (t0 + WG_K - 1 > last) {
+            bf16 *Vd = KV + j % WG_STAGES * STAGE + WG_K * WG_HD;
+            for (int i = threadIdx.x; i < WG_K * WG_HD / 8; i += blockDim.x) {
+                int r = i / (WG_HD / 8), c = i % (WG_HD / 8) * 8;
+                if (t0 + r > last)
+                    *(uint4 *)(Vd + swizzled{WG_K}(r, c)) = make_uint4(0, 0, 0, 0);
+            }
+        }
+        fence_async_smem(); /* these stores (and Q's) visible to wgmma's reads */
+        /* both warpgroups, from their own loops: a named barrier, which
+         * counts arrivals wherever in the code they come from */
+        asm volatile("bar.sync 1, 256;" ::: "memory");
+    };
+    /* One loop for each warpgroup: a path from one's products to the
+     * other's use of their registers would make ptxas serialize wgmma. */
+    if (lead) {
+        for (int j = 0; j < ntiles; j++) {
+            tile_in(j);
+            issue(j);
+            wg_wait<1>(); /* S_j; P.V may still run */
+            wg_hold(s[0]);
+            softmax(j);
+            wg_wait<0>(); /* P.V done: its output and P's registers free */
+            wg_hold(a.o);
+            finish();
+        }
+    } else {
+        tile_in(0);
+        if (ntiles > 1 && threadIdx.x == 128)
+            stage(1);
+        issue(0);
+        for (int j = 1; j < ntiles; j++) {
+            tile_in(j);
+            wg_wait<0>(); /* S_(j-1) and P_(j-2).V_(j-2) */
+            wg_hold(s[0]);
+            wg_hold(a.o);
+            if (j + 1 < ntiles && threadIdx.x == 128) /* into tile j - 2's stage, which nobody reads now */
+                stage(j + 1);
+            softmax(j - 1);
+            finish();
+            issue(j);
+        }
+        wg_wait<0>();
+        wg_hold(s[0]);
+        wg_hold(a.o);
+        softmax(ntiles - 1);
+        finish();
     }
     wg_hold(a.o);
     wg_fence();

@@ -338,15 +338,32 @@ __global__ void k_quant_x(xquant q, const float *x, int K, int nr)
     quant4(q, h, r, e, K, valid);
 }
 
-/* Row r0 + blockIdx.y of q8/q4 weights as bf16 (prefill: the tensor cores
- * take them from there), 16 elements (of one group) a thread: no divisions
- * but one a thread, one load of weights and one of (scale, bias), both
- * before the wait (weights never change). */
-__global__ void k_dequant(__nv_bfloat16 *dst, wview w, int r0)
+/* Rows of up to LMX_MAX_MULTI q8/q4 weights of one width, stacked: entry
+ * i's rows from[i] on fill the stack's rows up to end[i] (unused entries:
+ * end INT_MAX). */
+struct wstack {
+    wview w[LMX_MAX_MULTI];
+    int from[LMX_MAX_MULTI], end[LMX_MAX_MULTI];
+};
+
+/* The stack's first `elems` elements (cols K, a multiple of 16) as bf16
+ * (prefill: the tensor cores take them from there), 16 of one group a
+ * thread: all rows of all its weights in one launch, every thread busy
+ * whatever K; one division a thread, one load of weights and one of
+ * (scale, bias), both before the wait (weights never change). */
+__global__ void k_dequant(__nv_bfloat16 *dst, wstack s, int K, size_t elems)
 {
-    int c = (blockIdx.x * blockDim.x + threadIdx.x) * 16;
-    bool in = c < w.cols;
-    size_t r = r0 + blockIdx.y;
+    size_t e = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 16;
+    bool in = e < elems;
+    int R = (int)((unsigned)e / (unsigned)K), c = (int)((unsigned)e - (unsigned)R * K); /* elems < 2^32 */
+    wview w = s.w[0];
+    size_t r = (size_t)R + s.from[0];
+#pragma unroll
+    for (int k = 1; k < LMX_MAX_MULTI; k++) /* constant indices: the entries stay in parameter space */
+        if (R >= s.end[k - 1]) {
+            w = s.w[k];
+            r = (size_t)(R - s.end[k - 1]) + s.from[k];
+        }
     const uint8_t *row = (const uint8_t *)w.data + r * w.cols * w.bits / 8;
     uint4 v = make_uint4(0, 0, 0, 0);
     float2 sb = make_float2(0, 0);
@@ -376,7 +393,7 @@ __global__ void k_dequant(__nv_bfloat16 *dst, wview w, int r0)
         }
         out[k] = pack_bf16(sb.x * (float)e0 + sb.y, sb.x * (float)e1 + sb.y);
     }
-    uint4 *d = (uint4 *)(dst + (size_t)blockIdx.y * w.cols + c);
+    uint4 *d = (uint4 *)(dst + e);
     d[0] = make_uint4(out[0], out[1], out[2], out[3]);
     d[1] = make_uint4(out[4], out[5], out[6], out[7]);
 }

@@ -418,6 +418,19 @@ static void check_quantized(pair *p, int bits)
         snprintf(what, sizeof what, "q%d gated_mlp rows %d", bits, rows[r]);
         same(p, &o[0], rows[r], 2e-2f, what);
     }
+    /* a weight larger than prefill's dequantizing scratch (32 M elements):
+     * dequantized and multiplied 8192 rows at a time, then the last 256 */
+    both big = input(p, 8448, 4096, LMX_DT_BF16, 0.05f), xb = activations(p, 64, 4096, 1.0f),
+         ob = output(p, 64, 8448);
+    for (int r = 3; r < 5; r++) {
+        p->cpu->ops->matmul(p->cpu, ob.c, xb.c, big.c, rows[r]);
+        p->gpu->ops->matmul(p->gpu, ob.g, xb.g, big.g, rows[r]);
+        snprintf(what, sizeof what, "q%d matmul rows %d of an 8448 x 4096 weight (stepped)", bits, rows[r]);
+        same(p, &ob, rows[r], 1e-2f, what);
+    }
+    drop(p, &big);
+    drop(p, &xb);
+    drop(p, &ob);
     /* decode rows from a norm: the GEMV takes x as the norm quantized it */
     both nw = input(p, 1, K, LMX_DT_F32, 1.0f), h = output(p, 8, K), u = activations(p, 8, K, 1.0f);
     for (int r = 0; r < 3; r++) {
