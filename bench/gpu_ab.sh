@@ -12,7 +12,9 @@
 # ("none q8 q4"; default none: as stored) is benched REPS times (default 2),
 # base then new, with BENCH_ARGS (e.g. "--chunk 4096 --gen 8"). TEST=0
 # skips test_cuda. Each result line is tagged "MODEL FORMAT base|new";
-# logs go to $OUT.
+# logs go to $OUT. TRACE=1 also runs each build once more per model and
+# format under bench/kernel_trace.c and writes the timeline's summary
+# (bench/kernel_trace.py) to $OUT/trace-MODEL-FORMAT-base|new.sum.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 usage() {
@@ -42,9 +44,11 @@ if [ ! -f "$base/CMakeLists.txt" ]; then
     mkdir -p "$base" && tar -C "$base" -xJf ".base/$rev.tar.xz" || exit 1
 fi
 
+targets=(lmx gpu_bench test_cuda)
+[ "${TRACE:-0}" = 1 ] && targets+=(kernel_trace)
 build() { # SOURCE NAME
     cmake -S "$1" -B "$1/build-gpu" -DCMAKE_BUILD_TYPE=Release "${lmx_cmake_pc[@]}" >"$out/cmake-$2.log" 2>&1 &&
-        cmake --build "$1/build-gpu" -j8 --target lmx gpu_bench test_cuda >"$out/build-$2.log" 2>&1 && return 0
+        cmake --build "$1/build-gpu" -j8 --target "${targets[@]}" >"$out/build-$2.log" 2>&1 && return 0
     echo "$2: build failed ($out/build-$2.log)"
     grep -m10 error "$out/build-$2.log"
     return 1
@@ -60,19 +64,37 @@ if [ "${TEST:-1}" = 1 ]; then
     grep -m10 "CHECK(" "$out/test_cuda.log"
 fi
 
+build_of() { # base|new: sets b to that build's directory
+    b=$PWD/build-gpu
+    [ "$1" = base ] && b=$base/build-gpu
+}
+
+# one traced gpu_bench run of a build (uses m, q, d, qa)
+trace() { # base|new
+    local t=/tmp/trace-$m-$q-$1.csv sum=$out/trace-$m-$q-$1.sum
+    build_of "$1"
+    # shellcheck disable=SC2086 # BENCH_ARGS is a list of options
+    CUDA_INJECTION64_PATH=$b/libkernel_trace.so LMX_TRACE=$t "$b/gpu_bench" "$d" ${BENCH_ARGS:-} "${qa[@]}" \
+        >/dev/null 2>&1 && python3 bench/kernel_trace.py "$t" --steps 2 >"$sum" 2>&1
+    echo "$m $q $1: traced (exit $?), $sum"
+}
+
 for m in "$@"; do
     synth_model "$m" || exit 1
     for q in ${QUANTS:-none}; do
         quant_args "$q"
         for _ in $(seq "${REPS:-2}"); do
             for v in base new; do
-                b=$PWD/build-gpu
-                [ $v = base ] && b=$base/build-gpu
+                build_of $v
                 # shellcheck disable=SC2086 # BENCH_ARGS is a list of options
                 "$b/gpu_bench" "$d" ${BENCH_ARGS:-} "${qa[@]}" 2>&1 | grep -E "^\| [0-9]|^prefill|gpu_bench" |
                     sed "s/^/$m $q $v: /" | tee -a "$out/ab.log"
             done
         done
+        if [ "${TRACE:-0}" = 1 ]; then
+            trace base
+            trace new
+        fi
     done
     rm -rf "$d" # the disk holds one large checkpoint at a time
 done
