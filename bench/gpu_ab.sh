@@ -69,13 +69,18 @@ build_of() { # base|new: sets b to that build's directory
     [ "$1" = base ] && b=$base/build-gpu
 }
 
+# a build's gpu_bench on d with BENCH_ARGS and qa (uses b, d, qa)
+bench() { # [VAR=value...]: added to its environment
+    # shellcheck disable=SC2086 # BENCH_ARGS is a list of options
+    env "$@" "$b/gpu_bench" "$d" ${BENCH_ARGS:-} "${qa[@]}"
+}
+
 # one traced gpu_bench run of a build (uses m, q, d, qa)
 trace() { # base|new
     local t=/tmp/trace-$m-$q-$1.csv sum=$out/trace-$m-$q-$1.sum
     build_of "$1"
-    # shellcheck disable=SC2086 # BENCH_ARGS is a list of options
-    CUDA_INJECTION64_PATH=$b/libkernel_trace.so LMX_TRACE=$t "$b/gpu_bench" "$d" ${BENCH_ARGS:-} "${qa[@]}" \
-        >/dev/null 2>&1 && python3 bench/kernel_trace.py "$t" --steps 2 >"$sum" 2>&1
+    bench CUDA_INJECTION64_PATH="$b/libkernel_trace.so" LMX_TRACE="$t" >/dev/null 2>&1 &&
+        python3 bench/kernel_trace.py "$t" --steps 2 >"$sum" 2>&1
     echo "$m $q $1: traced (exit $?), $sum"
 }
 
@@ -86,9 +91,7 @@ for m in "$@"; do
         for _ in $(seq "${REPS:-2}"); do
             for v in base new; do
                 build_of $v
-                # shellcheck disable=SC2086 # BENCH_ARGS is a list of options
-                "$b/gpu_bench" "$d" ${BENCH_ARGS:-} "${qa[@]}" 2>&1 | grep -E "^\| [0-9]|^prefill|gpu_bench" |
-                    sed "s/^/$m $q $v: /" | tee -a "$out/ab.log"
+                bench 2>&1 | grep -E "^\| [0-9]|^prefill|gpu_bench" | sed "s/^/$m $q $v: /" | tee -a "$out/ab.log"
             done
         done
         if [ "${TRACE:-0}" = 1 ]; then

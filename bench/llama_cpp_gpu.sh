@@ -112,6 +112,8 @@ bin=$LLAMA_DIR/build/bin
 lmx_cmake_pc=()
 # shellcheck source=bench/gpu_env.sh
 . bench/gpu_env.sh
+# shellcheck source=bench/llama_build.sh
+. bench/llama_build.sh
 
 say() { echo "[$(date -u +%H:%M:%S) +${SECONDS}s] $*" | tee -a "$log"; }
 
@@ -143,12 +145,7 @@ build_llama() {
         # its files would pass for build outputs: ninja must not skip them
         tar -tJf "$pre" | while read -r f; do rm -f "$bin/$f"; done
     fi
-    local gen=()
-    command -v ninja >/dev/null && gen=(-G Ninja)
-    { cmake -S "$LLAMA_DIR" -B "$LLAMA_DIR/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
-        -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-        -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF &&
+    { llama_configure "$LLAMA_DIR" -DCMAKE_CUDA_ARCHITECTURES=90 &&
         cmake --build "$LLAMA_DIR/build" -j16 --target llama-bench llama-quantize; } >>"$out/llama-build.log" 2>&1
 }
 

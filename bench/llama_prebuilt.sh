@@ -22,17 +22,14 @@ stub=$dir/cuda-stub
 mkdir -p "$stub"
 ln -sf /usr/local/cuda/lib64/stubs/libcuda.so "$stub/libcuda.so.1"
 export PATH=/usr/local/cuda/bin:$PATH LD_LIBRARY_PATH=$stub
-gen=()
-command -v ninja >/dev/null && gen=(-G Ninja)
+# shellcheck source=bench/llama_build.sh
+. bench/llama_build.sh
 # no PTX (half the size), generic x86-64 code (any host CPU), no NCCL (one
 # GPU); RUNPATH $ORIGIN beside the toolkit's libraries: the archive is flat
 # shellcheck disable=SC2016 # $ORIGIN is for the loader
-cmake -S "$dir" -B "$dir/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90-real -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON \
-    -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_CUDA_NCCL=OFF \
-    -DCMAKE_INSTALL_RPATH='$ORIGIN;/usr/local/cuda/lib64' -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON \
-    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
-    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF >/dev/null
+llama_configure "$dir" -DCMAKE_CUDA_ARCHITECTURES=90-real -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON \
+    -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_CUDA_NCCL=OFF \
+    -DCMAKE_INSTALL_RPATH='$ORIGIN;/usr/local/cuda/lib64' -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON >/dev/null
 nice -n 19 cmake --build "$dir/build" -j"$(nproc)" --target llama-bench llama-quantize
 (cd "$dir/build/bin" && tar -cf - llama-bench llama-quantize lib*.so*) | xz -T2 -9 >.peer/llama-gpu-bin.tar.xz.tmp
 mv .peer/llama-gpu-bin.tar.xz.tmp .peer/llama-gpu-bin.tar.xz
